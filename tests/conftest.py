@@ -1,0 +1,42 @@
+"""Shared fixtures. Tests marked ``engine`` launch real vLLM on the CPU (slow, serial)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
+TINY = REPO / "models" / "tiny"
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'spectune.db'}"
+
+
+@pytest.fixture
+def fake_launcher() -> list[str]:
+    """Launch the FAKE OpenAI server in place of vLLM (unit tests of the data flow only)."""
+    return [sys.executable, str(FAKE_SERVER)]
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture
+def tiny_models(tmp_path: Path) -> Path:
+    return TINY
+
+
+def copy_model(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst

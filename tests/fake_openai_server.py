@@ -1,0 +1,148 @@
+"""FAKE OpenAI-compatible engine for unit tests only. It measures nothing real.
+
+Speaks just enough of vLLM's server for SpecTune's client: ``/health``, streaming
+``/v1/completions`` with ``usage``, and ``/metrics`` with vLLM's spec-decode counter names.
+It accepts vLLM's command-line flags so the study can launch it in place of the real engine.
+Behaviour knobs (flags of this fake, not vLLM's):
+
+  --fake-acceptance P     fraction of draft tokens accepted (default 0.5)
+  --fake-token-ms MS      time per engine step (default 1)
+  --fake-drop-after N     close the stream after N chunks (simulates a crash mid-request)
+  --fake-http-error CODE  answer every completion with this HTTP status
+  --fake-exit-on-start    exit 1 at once, printing a vLLM-like OOM message
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+
+from aiohttp import web
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--served-model-name", default="fake")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--speculative-config")
+    ap.add_argument("--fake-acceptance", type=float, default=0.5)
+    ap.add_argument("--fake-token-ms", type=float, default=1.0)
+    ap.add_argument("--fake-drop-after", type=int, default=0)
+    ap.add_argument("--fake-http-error", type=int, default=0)
+    ap.add_argument("--fake-exit-on-start", action="store_true")
+    args, _unknown = ap.parse_known_args(argv)
+    return args
+
+
+class FakeEngine:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.spec = json.loads(args.speculative_config) if args.speculative_config else None
+        self.k = int(self.spec["num_speculative_tokens"]) if self.spec else 0
+        self.drafts = 0
+        self.draft_tokens = 0
+        self.accepted = 0
+        self.per_pos = [0] * self.k
+        self.rng = random.Random(0)
+
+    def step(self) -> int:
+        """One engine step: returns tokens committed (1 + accepted drafts)."""
+        if not self.spec:
+            return 1
+        self.drafts += 1
+        self.draft_tokens += self.k
+        n = 0
+        for i in range(self.k):
+            if self.rng.random() < self.args.fake_acceptance:
+                n += 1
+                self.per_pos[i] += 1
+            else:
+                break
+        self.accepted += n
+        return 1 + n
+
+    async def health(self, _req: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def metrics(self, _req: web.Request) -> web.Response:
+        lines = [
+            "# HELP vllm:num_requests_running fake",
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="fake"} 0.0',
+        ]
+        if self.spec:
+            lab = 'engine="0",model_name="fake"'
+            for name, v in (
+                ("num_drafts", self.drafts),
+                ("num_draft_tokens", self.draft_tokens),
+                ("num_accepted_tokens", self.accepted),
+            ):
+                lines += [
+                    f"# HELP vllm:spec_decode_{name} fake",
+                    f"# TYPE vllm:spec_decode_{name} counter",
+                    f"vllm:spec_decode_{name}_total{{{lab}}} {float(v)}",
+                    f"vllm:spec_decode_{name}_created{{{lab}}} 1.7e9",
+                ]
+            lines += [
+                "# HELP vllm:spec_decode_num_accepted_tokens_per_pos fake",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            ]
+            for i, v in enumerate(self.per_pos):
+                lines.append(
+                    f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},"
+                    f'position="{i}"}} {float(v)}'
+                )
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def completions(self, req: web.Request) -> web.StreamResponse:
+        body = await req.json()
+        if self.args.fake_http_error:
+            return web.json_response({"error": "fake failure"}, status=self.args.fake_http_error)
+        max_tokens = int(body.get("max_tokens", 16))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(req)
+        produced = chunks = 0
+        while produced < max_tokens:
+            await asyncio.sleep(self.args.fake_token_ms / 1000.0)
+            n = min(self.step(), max_tokens - produced)
+            produced += n
+            chunks += 1
+            if self.args.fake_drop_after and chunks > self.args.fake_drop_after:
+                # Abort the connection mid-stream, as a crashing engine would.
+                assert req.transport is not None
+                req.transport.close()
+                return resp
+            data = {"choices": [{"index": 0, "text": " tok" * n}], "usage": None}
+            await resp.write(f"data: {json.dumps(data)}\n\n".encode())
+        usage = {"prompt_tokens": 10, "completion_tokens": produced, "total_tokens": 10 + produced}
+        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.fake_exit_on_start:
+        print(
+            "ValueError: Available memory on node 0 (1.0/19.09 GiB) on startup is less than "
+            "desired CPU memory utilization",
+            flush=True,
+        )
+        sys.exit(1)
+    eng = FakeEngine(args)
+    app = web.Application()
+    app.router.add_get("/health", eng.health)
+    app.router.add_get("/metrics", eng.metrics)
+    app.router.add_post("/v1/completions", eng.completions)
+    print(f"fake engine on {args.host}:{args.port}", flush=True)
+    web.run_app(app, host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

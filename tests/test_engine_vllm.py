@@ -1,0 +1,181 @@
+"""Real vLLM on the CPU with the tiny in-repo pair: the same code path as on a GPU.
+
+Slow (each launch ~30 s with --enforce-eager); run one engine at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY, vllm_available
+from tuner import cli
+from tuner.engines import EngineConfig, VLLMServer, free_port
+from tuner.loadgen import measure
+from tuner.workloads import builtin_path, read_jsonl
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed"),
+    pytest.mark.timeout(900),
+]
+
+TARGET = str(TINY / "target")
+DRAFT = str(TINY / "draft")
+PROMPTS = read_jsonl(builtin_path("code_completion"))[:8]
+
+
+def _cfg(spec):
+    return EngineConfig(
+        model=TARGET,
+        served_model_name="tiny",
+        max_model_len=512,
+        max_num_seqs=4,
+        memory_fraction=0.1,
+        speculative_config=spec,
+        enforce_eager=True,
+    )
+
+
+def _measure(srv: VLLMServer):
+    return asyncio.run(
+        measure(
+            srv.base_url,
+            "tiny",
+            PROMPTS,
+            workload="code_completion",
+            concurrency=2,
+            num_requests=8,
+            max_tokens=32,
+            warmup_requests=1,
+            timeout_s=120,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,
+        {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 4,
+        },
+        {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": 3},
+    ],
+    ids=["baseline", "ngram", "draft_model"],
+)
+def test_real_engine_measures_and_spec_counters_move(spec, tmp_path):
+    with VLLMServer(
+        _cfg(spec), tmp_path / "engine.log", cache_root=tmp_path / "cache", startup_timeout_s=300
+    ) as srv:
+        m = _measure(srv)
+        assert srv.alive()
+    assert m.num_failed == 0, m.errors
+    assert m.output_tokens == 8 * 32
+    assert m.output_tok_per_s > 0 and m.p99_tpot_ms > 0 and m.p99_ttft_ms > 0
+    if spec is None:
+        assert m.acceptance_rate is None
+        return
+    assert m.num_drafts > 0 and m.num_draft_tokens > 0
+    assert 0 < m.acceptance_rate <= 1
+    assert 1 < m.mean_acceptance_length <= 1 + spec["num_speculative_tokens"]
+    assert len(m.per_position_acceptance) == spec["num_speculative_tokens"]
+    # acceptance can only fall with position: a later token needs the earlier ones accepted
+    pp = m.per_position_acceptance
+    assert all(a >= b for a, b in zip(pp, pp[1:], strict=False))
+
+
+SPACE = f"""
+name: engine-test
+engine: {{model: {TARGET}, served_model_name: tiny, enforce_eager: true,
+          startup_timeout_s: 300}}
+methods:
+  draft_model: {{num_speculative_tokens: {{min: 2, max: 3}}, drafts: [{DRAFT}]}}
+max_num_seqs: [4]
+concurrency: [2]
+workload: {{num_prompts: 8, max_tokens: 32, warmup_requests: 1}}
+start_with: [{{method: draft_model, num_speculative_tokens: 3}}]
+trials: 2
+seed: 0
+"""
+
+
+def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        assert proc.poll() is None, "exported command exited"
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail("exported command never became ready")
+
+
+def test_cli_run_and_exported_command_starts_vllm(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    rc = cli.main(["run", str(space), "--db", db, "--work-dir", str(tmp_path / "work")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "Pareto front" in out and "baseline" in out and "Winner command line:" in out
+    assert cli.main(["trials", "1", "--json", "--db", db]) == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert [r["state"] for r in recs] == ["complete", "complete"]
+    assert recs[1]["method"] == "draft_model" and 0 < recs[1]["acceptance_rate"] <= 1
+
+    assert cli.main(["export", "1", "--format", "vllm-cli", "--db", db]) == 0
+    line = capsys.readouterr().out.strip()
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ["PATH"],
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+    }
+    # The exported line, verbatim, plus where to listen.
+    cmd = f"exec {line} --host 127.0.0.1 --port {port} --served-model-name tiny"
+    with (tmp_path / "export.log").open("wb") as log:
+        proc = subprocess.Popen(
+            ["bash", "-c", cmd],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO,
+        )
+    try:
+        _wait_health(f"http://127.0.0.1:{port}", proc)
+        body = json.dumps(
+            {"model": "tiny", "prompt": "def main():\n", "max_tokens": 8, "temperature": 0}
+        ).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.loads(r.read())["usage"]["completion_tokens"] == 8
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,167 @@
+"""A whole job through Optuna, storage, Pareto, CLI and export, with the FAKE engine.
+
+The fake engine stands in only so this test is fast; tests/test_engine_vllm.py runs the same
+path against real vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner import cli
+from tuner.pareto import job_report
+from tuner.space import loads_space
+from tuner.storage import JobModel, TrialModel, session_scope
+from tuner.study import create_job, run_job
+
+
+def _model(dir: Path, vocab: int, tokens: dict | None = None) -> Path:
+    dir.mkdir(parents=True)
+    (dir / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    (dir / "tokenizer.json").write_text(json.dumps({"model": {"vocab": tokens or {"a": 0}}}))
+    return dir
+
+
+SPACE = """
+name: fake-job
+engine: {{model: target, served_model_name: fake, startup_timeout_s: 30}}
+methods:
+  ngram: {{num_speculative_tokens: {{min: 1, max: 3}}}}
+  draft_model: {{num_speculative_tokens: {{min: 1, max: 3}}, drafts: [{drafts}]}}
+max_num_seqs: [4]
+concurrency: [1, 2]
+workload: {{num_prompts: 4, max_tokens: 12, warmup_requests: 1}}
+slo: {{p99_tpot_ms: {slo}}}
+trials: {trials}
+seed: 3
+"""
+
+
+@pytest.fixture
+def space_dir(tmp_path: Path) -> Path:
+    _model(tmp_path / "target", 100)
+    _model(tmp_path / "good_draft", 100)
+    _model(tmp_path / "bad_vocab", 200)
+    return tmp_path
+
+
+def _space(d: Path, drafts="good_draft", slo=1000, trials=8):
+    return loads_space(SPACE.format(drafts=drafts, slo=slo, trials=trials), base_dir=d)
+
+
+def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsys):
+    space = _space(space_dir)
+    job_id = create_job(db_url, space)
+    events = []
+    run_job(
+        db_url, job_id, work_dir=space_dir / "work", on_trial=events.append, launcher=fake_launcher
+    )
+    assert len(events) == 8
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    assert len(study.trials) == 8
+    assert study.trials[0].params["method"] == "none"  # the baseline is enqueued first
+    with session_scope(db_url) as s:
+        job = s.get(JobModel, job_id)
+        assert job.state == "succeeded"
+        rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
+        launched = [r for r in rows if r.reused_from is None and r.state == "complete"]
+        # one launch per distinct engine configuration, never twice
+        assert job.engine_launches == len({r.engine_key for r in launched})
+        assert all(len(r.measurements) == 2 for r in rows if r.state == "complete")
+        assert all(r.log_path and Path(r.log_path).exists() for r in launched)
+
+    rep = job_report(db_url, job_id)
+    assert rep.baseline is not None and rep.winner is not None
+    with session_scope(db_url) as s:
+        reused = {
+            r.number
+            for r in s.query(TrialModel).filter_by(job_id=job_id)
+            if r.reused_from is not None
+        }
+    # Our front (re-evaluable for any SLO) is Optuna's feasible front, less re-used repeats.
+    assert {p.trial_number for p in rep.front} == {t.number for t in study.best_trials} - reused
+
+    assert cli.main(["trials", str(job_id), "--json", "--db", db_url]) == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert [r["state"] for r in recs] == ["complete"] * 8
+    r0 = recs[0]
+    assert r0["method"] == "none" and r0["params"]["method"] == "none"
+    for key in (
+        "p99_tpot_ms",
+        "output_tok_per_s",
+        "p50_ttft_ms",
+        "p90_e2e_ms",
+        "goodput_req_per_s",
+    ):
+        assert isinstance(r0[key], float), key
+    spec = [r for r in recs if r["method"] != "none"]
+    assert spec and all(0 <= r["acceptance_rate"] <= 1 for r in spec)
+    assert all(r["mean_acceptance_length"] >= 1 for r in spec)
+
+    assert cli.main(["jobs", "--json", "--db", db_url]) == 0
+    jobs = json.loads(capsys.readouterr().out)
+    assert jobs[0]["id"] == job_id and jobs[0]["state"] == "succeeded"
+
+    assert cli.main(["export", str(job_id), "--format", "vllm-json", "--db", db_url]) == 0
+    out = capsys.readouterr().out.strip()
+    exported = json.loads(out)
+    assert exported == rep.winner.engine_config["speculative_config"]
+    assert cli.main(["export", str(job_id), "--format", "vllm-cli", "--db", db_url]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "vllm serve" in line and line.count("\n") == 0
+
+
+def test_preflight_refuses_mismatched_vocab_without_launch(space_dir, db_url, fake_launcher):
+    space = _space(space_dir, drafts="bad_vocab", trials=6)
+    job_id = create_job(db_url, space)
+    run_job(db_url, job_id, work_dir=space_dir / "work", launcher=fake_launcher)
+    with session_scope(db_url) as s:
+        rows = s.query(TrialModel).filter_by(job_id=job_id, method="draft_model").all()
+        assert rows, "seed 3 should sample draft_model at least once in 6 trials"
+        for r in rows:
+            assert r.state == "fail" and r.fail_reason == "invalid_config"
+            assert "share a vocabulary" in r.fail_detail
+            assert r.log_path is None  # no engine was launched
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.FAIL in states and optuna.trial.TrialState.COMPLETE in states
+
+
+def test_failed_start_is_a_failed_trial_and_study_goes_on(space_dir, db_url, tmp_path):
+    # An "engine" that dies at start with a memory message: every trial fails as oom.
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('out of memory', flush=True)\nsys.exit(1)\n")
+    space = _space(space_dir, trials=3)
+    job_id = create_job(db_url, space)
+    import sys
+
+    run_job(db_url, job_id, work_dir=space_dir / "work", launcher=[sys.executable, str(crash)])
+    with session_scope(db_url) as s:
+        rows = s.query(TrialModel).filter_by(job_id=job_id).all()
+        assert len(rows) == 3
+        assert {r.fail_reason for r in rows} <= {"oom", "invalid_config"}
+        assert any(r.fail_reason == "oom" and "out of memory" in r.fail_detail for r in rows)
+        assert s.get(JobModel, job_id).state == "succeeded"
+    assert cli.main(["export", str(job_id), "--db", db_url]) == cli.EXIT_INFEASIBLE
+
+
+def test_tight_slo_makes_points_infeasible_and_re_evaluation_relaxes_it(
+    space_dir, db_url, fake_launcher
+):
+    space = _space(space_dir, slo=0.0001, trials=3)
+    job_id = create_job(db_url, space)
+    run_job(db_url, job_id, work_dir=space_dir / "work", launcher=fake_launcher)
+    rep = job_report(db_url, job_id)
+    assert rep.points and not rep.front and rep.winner is None
+    assert all("p99_tpot_ms" in p.violations[0] for p in rep.points)
+    relaxed = job_report(db_url, job_id, slo={"p99_tpot_ms": 1e6})
+    assert relaxed.winner is not None
+
+
+def test_unknown_job(db_url, capsys):
+    assert cli.main(["trials", "999", "--db", db_url]) == cli.EXIT_INPUT
+    assert "job 999 not found" in capsys.readouterr().err

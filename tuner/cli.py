@@ -1,0 +1,417 @@
+"""``spectune``: the command line. Its output and exit codes are a contract scripts rely on.
+
+Exit codes: 0 success; 1 runtime failure; 2 bad input (search space, job id, format);
+3 the job ran but no configuration is feasible under the SLO (nothing to export).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+
+
+def _err(msg: str) -> None:
+    print(f"spectune: error: {msg}", file=sys.stderr)
+
+
+def _fmt(v: Any, spec: str = ".1f") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    m = params["method"]
+    if m == "none":
+        return "baseline (no speculation)"
+    out = f"{m} k={params['num_speculative_tokens']}"
+    if m == "ngram":
+        out += f" lookup={params['prompt_lookup_min']}..{params['prompt_lookup_max']}"
+    if m == "draft_model":
+        out += f" draft={Path(params['draft']).name}"
+    return out
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+class _Progress:
+    """One line per trial on stderr: a bar, what is being launched, then the result."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.t0 = time.monotonic()
+
+    def _bar(self, done: int) -> str:
+        width = 20
+        fill = int(width * done / max(1, self.n))
+        return "[" + "#" * fill + "-" * (width - fill) + f"] {done}/{self.n}"
+
+    def start(self, number: int, params: dict[str, Any]) -> None:
+        el = time.monotonic() - self.t0
+        print(
+            f"{self._bar(number)}  {el:6.0f}s  trial {number}: {_params_text(params)} "
+            f"max_num_seqs={params['max_num_seqs']} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(self, ev) -> None:  # noqa: ANN001
+        print(
+            f"{self._bar(ev.number + 1)}  trial {ev.number} {ev.state} in {ev.seconds:.0f}s: "
+            f"{ev.summary}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _report_text(rep) -> str:  # noqa: ANN001
+    from tuner.export import export_point
+
+    lines = [
+        f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
+        f"SLO {rep.slo or 'none'} (objectives: "
+        + ", ".join(f"{d} {m}" for m, d in rep.objectives)
+        + ")"
+    ]
+    header = [
+        "trial",
+        "configuration",
+        "tok/s",
+        "p99 TPOT ms",
+        "p99 TTFT ms",
+        "accept",
+        "mean acc len",
+        "speedup",
+        "feasible",
+    ]
+    rows = []
+    shown = list(rep.front)
+    if rep.baseline is not None and rep.baseline not in shown:
+        shown.append(rep.baseline)
+    for p in shown:
+        m = p.metrics
+        sp = rep.speedup(p)
+        rows.append(
+            [
+                str(p.trial_number) + ("*" if p is rep.winner else ""),
+                _params_text(p.params) + f" seqs={p.params['max_num_seqs']}",
+                _fmt(m["output_tok_per_s"]),
+                _fmt(m["p99_tpot_ms"], ".2f"),
+                _fmt(m["p99_ttft_ms"], ".1f"),
+                "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
+                _fmt(m.get("mean_acceptance_length"), ".2f"),
+                "-" if sp is None else f"{sp:.2f}x",
+                "yes" if p.feasible else "no: " + "; ".join(p.violations),
+            ]
+        )
+    lines.append(_table(rows, header))
+    lines.append("(* winner; the baseline row is the same target without speculation)")
+    if rep.winner is None:
+        lines.append("No configuration is feasible under the SLO: nothing to export.")
+        return "\n".join(lines)
+    lines.append("")
+    lines.append("Winner --speculative-config:")
+    lines.append(export_point(rep.winner, "vllm-json"))
+    lines.append("Winner command line:")
+    lines.append(export_point(rep.winner, "vllm-cli"))
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tuner.space import SpaceError, load_space
+    from tuner.storage import database_url
+    from tuner.study import create_job, run_job
+    from tuner.workloads import WorkloadError
+
+    try:
+        space = load_space(args.space)
+        url = database_url(args.db)
+        job_id = create_job(
+            url, space, space_yaml=Path(args.space).read_text(), n_trials=args.trials
+        )
+    except (SpaceError, WorkloadError) as e:
+        _err(str(e))
+        return EXIT_INPUT
+    n = args.trials or space.trials
+    print(f"job {job_id}: {space.name}, {n} trials, database {url}", file=sys.stderr)
+    prog = _Progress(n)
+    t0 = time.monotonic()
+    run_job(url, job_id, work_dir=Path(args.work_dir), on_trial=prog.done, on_start=prog.start)
+    from tuner.pareto import job_report
+
+    rep = job_report(url, job_id)
+    print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s\n")
+    print(_report_text(rep))
+    return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from tuner.storage import JobModel, database_url, ensure_schema, session_scope
+
+    url = database_url(args.db)
+    ensure_schema(url)
+    with session_scope(url) as s:
+        jobs = [
+            {
+                "id": j.job_id,
+                "name": j.name,
+                "state": j.state,
+                "n_trials": j.n_trials,
+                "trials_done": sum(
+                    1 for t in j.trials if t.state in ("complete", "fail", "pruned")
+                ),
+                "engine_launches": j.engine_launches,
+                "engine_startup_s": round(j.engine_startup_s, 1),
+                "created_at": j.created_at.isoformat() + "Z",
+                "finished_at": j.finished_at.isoformat() + "Z" if j.finished_at else None,
+                "error": j.error,
+            }
+            for j in s.scalars(select(JobModel).order_by(JobModel.job_id))
+        ]
+    if args.json:
+        print(json.dumps(jobs, indent=2))
+        return EXIT_OK
+    rows = [
+        [
+            str(j["id"]),
+            j["name"],
+            j["state"],
+            f"{j['trials_done']}/{j['n_trials']}",
+            str(j["engine_launches"]),
+            j["created_at"],
+        ]
+        for j in jobs
+    ]
+    print(_table(rows, ["id", "name", "state", "trials", "launches", "created"]))
+    return EXIT_OK
+
+
+def trial_records(url: str, job_id: int) -> list[dict[str, Any]]:
+    """Each trial with Optuna's state, SpecTune's details and its metrics (units in names)."""
+    import optuna
+    from sqlalchemy import select
+
+    from tuner.storage import JobModel, TrialModel, session_scope
+    from tuner.study import JobNotFound, space_of_job, study_name_for
+
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        if job is None:
+            raise JobNotFound(f"job {job_id} not found")
+        primary = space_of_job(job).primary_concurrency
+        rows = {
+            r.number: r for r in s.scalars(select(TrialModel).where(TrialModel.job_id == job_id))
+        }
+        details = {
+            n: {
+                "params": r.params,
+                "method": r.method,
+                "fail_reason": r.fail_reason,
+                "fail_detail": r.fail_detail,
+                "log_path": r.log_path,
+                "startup_s": r.startup_s,
+                "reused_from": r.reused_from,
+                "measurements": [m.metrics for m in r.measurements],
+            }
+            for n, r in rows.items()
+        }
+    study = optuna.load_study(study_name=study_name_for(job_id), storage=url)
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        d = details.get(t.number, {})
+        rec: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name.lower(),
+            "method": d.get("method") or t.params.get("method"),
+            "params": d.get("params") or dict(t.params),
+            "fail_reason": d.get("fail_reason"),
+            "fail_detail": d.get("fail_detail"),
+            "log_path": d.get("log_path"),
+            "startup_s": d.get("startup_s"),
+            "reused_from": d.get("reused_from"),
+            "constraints": dict(t.constraints),
+            "concurrency": primary,
+        }
+        ms = d.get("measurements") or []
+        prim = next((m for m in ms if m["concurrency"] == primary), None)
+        if prim is not None:
+            rec.update({k: v for k, v in prim.items() if k not in ("workload", "concurrency")})
+        rec["measurements"] = ms
+        out.append(rec)
+    return out
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    from tuner.storage import database_url, ensure_schema
+    from tuner.study import JobNotFound
+
+    url = database_url(args.db)
+    ensure_schema(url)
+    try:
+        recs = trial_records(url, args.job_id)
+    except JobNotFound as e:
+        _err(str(e))
+        return EXIT_INPUT
+    if args.json:
+        print(json.dumps(recs, indent=2))
+        return EXIT_OK
+    rows = []
+    for r in recs:
+        rows.append(
+            [
+                str(r["number"]),
+                r["state"],
+                _params_text(r["params"]) if "max_num_seqs" in r["params"] else str(r["params"]),
+                _fmt(r.get("output_tok_per_s")),
+                _fmt(r.get("p99_tpot_ms"), ".2f"),
+                "-" if r.get("acceptance_rate") is None else f"{r['acceptance_rate']:.1%}",
+                _fmt(r.get("mean_acceptance_length"), ".2f"),
+                r["fail_reason"]
+                or ("reused " + str(r["reused_from"]) if r["reused_from"] is not None else ""),
+            ]
+        )
+    print(
+        _table(
+            rows,
+            [
+                "trial",
+                "state",
+                "configuration",
+                "tok/s",
+                "p99 TPOT ms",
+                "accept",
+                "mean acc len",
+                "note",
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tuner.export import ExportError, export_job
+    from tuner.storage import database_url, ensure_schema
+    from tuner.study import JobNotFound
+
+    url = database_url(args.db)
+    ensure_schema(url)
+    try:
+        print(export_job(url, args.job_id, args.format))
+    except JobNotFound as e:
+        _err(str(e))
+        return EXIT_INPUT
+    except ExportError as e:
+        _err(str(e))
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tuner.space import SpaceError, load_space
+    from tuner.study import load_prompts
+    from tuner.workloads import WorkloadError
+
+    try:
+        space = load_space(args.space)
+        n = len(load_prompts(space))
+    except (SpaceError, WorkloadError) as e:
+        _err(str(e))
+        return EXIT_INPUT
+    print(
+        f"{args.space}: valid ({space.name}; methods {', '.join(space.methods.enabled())}; "
+        f"{n} prompts)"
+    )
+    return EXIT_OK
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from tuner.storage import current_revision, database_url, upgrade
+
+    url = database_url(args.db)
+    upgrade(url)
+    print(f"{url}: schema at {current_revision(url)}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spectune",
+        description="Tune speculative decoding with real engines on your hardware and workload.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    db_help = "database URL (default: $SPECTUNE_DATABASE_URL or sqlite:///spectune.db)"
+
+    p = sub.add_parser("run", help="run a tuning job from a search-space YAML")
+    p.add_argument("space", help="search space YAML (e.g. search_spaces/tiny-cpu.yaml)")
+    p.add_argument("--trials", type=int, help="trial budget (overrides the file's)")
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--work-dir", default=".spectune", help="engine logs and caches")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("jobs", help="list jobs")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(fn=cmd_jobs)
+
+    p = sub.add_parser("trials", help="list a job's trials and their metrics")
+    p.add_argument("job_id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(fn=cmd_trials)
+
+    p = sub.add_parser("export", help="print the winning configuration")
+    p.add_argument("job_id", type=int)
+    p.add_argument("--format", default="vllm-json", choices=["vllm-json", "vllm-cli"])
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(fn=cmd_export)
+
+    p = sub.add_parser("validate", help="check a search-space YAML without running anything")
+    p.add_argument("space")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("db", help="database maintenance")
+    p.add_argument("action", choices=["upgrade"])
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(fn=cmd_db)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "trials", None) is not None and args.trials < 1:
+        _err("--trials: must be at least 1")
+        return EXIT_INPUT
+    from tuner.storage import StorageError
+
+    try:
+        return args.fn(args)
+    except StorageError as e:
+        _err(str(e))
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

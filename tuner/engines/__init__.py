@@ -1,0 +1,26 @@
+"""Engine backends. Only this package imports or launches an inference engine."""
+
+from tuner.engines._base import FAIL_REASONS, EngineConfig, EngineLaunchError, FailReason
+from tuner.engines._vllm import (
+    VLLMServer,
+    build_argv,
+    build_env,
+    classify_failure,
+    export_cli,
+    free_port,
+    speculative_json,
+)
+
+__all__ = [
+    "FAIL_REASONS",
+    "EngineConfig",
+    "EngineLaunchError",
+    "FailReason",
+    "VLLMServer",
+    "build_argv",
+    "build_env",
+    "classify_failure",
+    "export_cli",
+    "free_port",
+    "speculative_json",
+]

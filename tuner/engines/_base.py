@@ -1,0 +1,54 @@
+"""Engine-neutral pieces: the candidate configuration and the launch failure taxonomy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["EngineConfig", "EngineLaunchError", "FailReason", "FAIL_REASONS"]
+
+FailReason = Literal["startup_timeout", "crash", "oom", "invalid_config"]
+FAIL_REASONS: tuple[str, ...] = ("startup_timeout", "crash", "oom", "invalid_config")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that needs an engine restart to change. Load (concurrency) is not here."""
+
+    model: str
+    served_model_name: str = "target"
+    max_model_len: int = 512
+    max_num_seqs: int = 8
+    memory_fraction: float = 0.1
+    speculative_config: dict[str, Any] | None = None
+    enforce_eager: bool = False
+    cpu_kvcache_gib: int | None = None
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: str | None = None
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["extra_args"] = list(self.extra_args)
+        return d
+
+    def key(self) -> str:
+        """Stable identity: two trials with equal keys would launch the very same engine."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def method(self) -> str:
+        return "none" if self.speculative_config is None else self.speculative_config["method"]
+
+
+class EngineLaunchError(RuntimeError):
+    """The engine did not become ready. ``reason`` is one of FAIL_REASONS."""
+
+    def __init__(self, reason: FailReason, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason: FailReason = reason
+        self.message = message
+        self.log_tail = log_tail

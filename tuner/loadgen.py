@@ -1,0 +1,186 @@
+"""Async streaming load generator for an OpenAI-compatible ``/v1/completions`` endpoint.
+
+Closed loop: ``concurrency`` workers each keep one request in flight. Every request is greedy
+(temperature 0) with ``ignore_eos`` so each produces exactly ``max_tokens``: measurements of
+different configurations then cover the same work. Token counts come from the server's
+``usage`` (a streamed chunk can carry several tokens under speculation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from tuner.metrics import Measurement, RequestResult, parse_spec_counters, spec_delta, summarize
+from tuner.workloads import Prompt
+
+__all__ = ["LoadError", "fetch_metrics_text", "measure", "run_requests", "stream_completion"]
+
+
+class LoadError(RuntimeError):
+    """The measurement could not be made (server unreachable, metrics unreadable)."""
+
+
+@dataclass(frozen=True)
+class _Req:
+    prompt: str
+    max_tokens: int
+
+
+async def stream_completion(
+    session: aiohttp.ClientSession, url: str, model: str, req: _Req, timeout_s: float
+) -> RequestResult:
+    body = {
+        "model": model,
+        "prompt": req.prompt,
+        "max_tokens": req.max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    t0 = time.perf_counter()
+    ttft = None
+    last = t0
+    itl: list[float] = []
+    text: list[str] = []
+    usage = None
+    done = False
+    try:
+        async with session.post(
+            url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            if resp.status != 200:
+                detail = (await resp.text())[:200]
+                return RequestResult(ok=False, error=f"HTTP {resp.status}: {detail}")
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        continue
+                    obj = json.loads(data)
+                    if "error" in obj:
+                        return RequestResult(ok=False, error=f"stream error: {obj['error']}")
+                    if obj.get("usage"):
+                        usage = obj["usage"]
+                    choices = obj.get("choices") or []
+                    if choices and choices[0].get("text"):
+                        now = time.perf_counter()
+                        if ttft is None:
+                            ttft = now - t0
+                        else:
+                            itl.append(now - last)
+                        last = now
+                        text.append(choices[0]["text"])
+    except TimeoutError:
+        return RequestResult(ok=False, error=f"timeout after {timeout_s:g} s")
+    except (aiohttp.ClientError, json.JSONDecodeError) as e:
+        return RequestResult(ok=False, error=f"{type(e).__name__}: {e}"[:200])
+    e2e = time.perf_counter() - t0
+    if not done:
+        return RequestResult(ok=False, error="stream ended before [DONE]")
+    if ttft is None:
+        return RequestResult(ok=False, error="no tokens streamed")
+    if not usage or "completion_tokens" not in usage:
+        return RequestResult(ok=False, error="server sent no usage; cannot count tokens")
+    return RequestResult(
+        ok=True,
+        output_tokens=int(usage["completion_tokens"]),
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        ttft_s=ttft,
+        e2e_s=e2e,
+        itl_s=itl,
+        text="".join(text),
+    )
+
+
+async def run_requests(
+    base_url: str,
+    model: str,
+    reqs: Sequence[_Req],
+    concurrency: int,
+    timeout_s: float,
+) -> tuple[list[RequestResult], float]:
+    """Closed loop over ``reqs``; returns results in request order and the wall time."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    results: list[RequestResult | None] = [None] * len(reqs)
+    nxt = 0
+    conn = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            nonlocal nxt
+            while nxt < len(reqs):
+                i = nxt
+                nxt += 1
+                results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(reqs)))))
+        wall = time.perf_counter() - t0
+    return [r for r in results if r is not None], wall
+
+
+async def fetch_metrics_text(base_url: str) -> str:
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(
+                base_url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=10)
+            ) as r:
+                if r.status != 200:
+                    raise LoadError(f"/metrics answered HTTP {r.status}")
+                return await r.text()
+    except aiohttp.ClientError as e:
+        raise LoadError(f"/metrics unreachable: {e}") from e
+
+
+def _expand(prompts: Sequence[Prompt], n: int, default_max_tokens: int) -> list[_Req]:
+    if not prompts:
+        raise LoadError("the workload has no prompts")
+    return [
+        _Req(p.prompt, p.max_tokens or default_max_tokens)
+        for p in (prompts[i % len(prompts)] for i in range(n))
+    ]
+
+
+async def measure(
+    base_url: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    workload: str,
+    concurrency: int,
+    num_requests: int,
+    max_tokens: int,
+    warmup_requests: int = 2,
+    timeout_s: float = 120.0,
+    slo: dict[str, float] | None = None,
+) -> Measurement:
+    """Warm up, then one measured window at fixed concurrency, with acceptance deltas."""
+    if warmup_requests:
+        warm = _expand(prompts, warmup_requests, max_tokens)
+        await run_requests(base_url, model, warm, min(concurrency, len(warm)), timeout_s)
+    reqs = _expand(prompts, num_requests, max_tokens)
+    before = parse_spec_counters(await fetch_metrics_text(base_url))
+    results, wall = await run_requests(base_url, model, reqs, concurrency, timeout_s)
+    after = parse_spec_counters(await fetch_metrics_text(base_url))
+    return summarize(
+        results,
+        duration_s=wall,
+        workload=workload,
+        concurrency=concurrency,
+        slo=slo,
+        spec=spec_delta(before, after),
+    )

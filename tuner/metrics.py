@@ -1,0 +1,232 @@
+"""Measurement math: latency percentiles, goodput, and speculative-decoding acceptance.
+
+Acceptance comes from the engine's own counters, read before and after a measurement:
+acceptance rate = d(accepted) / d(draft tokens); mean acceptance length = 1 + d(accepted) /
+d(drafts) (the bonus token counts); per-position rate = d(accepted at i) / d(drafts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "Measurement",
+    "RequestResult",
+    "SpecCounters",
+    "SpecStats",
+    "parse_spec_counters",
+    "spec_delta",
+    "summarize",
+]
+
+_PREFIX = "vllm:spec_decode_"
+
+
+@dataclass
+class RequestResult:
+    """One streamed request as the client saw it (seconds)."""
+
+    ok: bool
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    ttft_s: float = 0.0
+    e2e_s: float = 0.0
+    itl_s: list[float] = field(default_factory=list)
+    error: str = ""
+    text: str = ""
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first; None for a single-token answer."""
+        if self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_pos: tuple[float, ...] = ()
+    present: bool = False
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float]
+
+
+def parse_spec_counters(text: str) -> SpecCounters:
+    """Sum vLLM's spec-decode counters over all label sets (one per engine) in /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    drafts = draft_tokens = accepted = 0.0
+    per_pos: dict[int, float] = {}
+    present = False
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith(_PREFIX):
+            continue
+        for s in fam.samples:
+            if not s.name.endswith("_total"):
+                continue  # skip *_created timestamps
+            present = True
+            base = s.name.removesuffix("_total")
+            if base == _PREFIX + "num_drafts":
+                drafts += s.value
+            elif base == _PREFIX + "num_draft_tokens":
+                draft_tokens += s.value
+            elif base == _PREFIX + "num_accepted_tokens":
+                accepted += s.value
+            elif base == _PREFIX + "num_accepted_tokens_per_pos":
+                pos = int(s.labels.get("position", "0"))
+                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    ordered = tuple(per_pos[i] for i in sorted(per_pos))
+    return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
+
+
+def spec_delta(before: SpecCounters, after: SpecCounters) -> SpecStats | None:
+    """Acceptance over the window between two scrapes; None when speculation is off."""
+    if not after.present:
+        return None
+    d_drafts = after.drafts - before.drafts
+    d_tokens = after.draft_tokens - before.draft_tokens
+    d_acc = after.accepted - before.accepted
+    if d_drafts < 0 or d_tokens < 0 or d_acc < 0:
+        raise ValueError("spec-decode counters went backwards: engine restarted mid-measurement")
+    n = max(len(before.per_pos), len(after.per_pos))
+    b = list(before.per_pos) + [0.0] * (n - len(before.per_pos))
+    a = list(after.per_pos) + [0.0] * (n - len(after.per_pos))
+    per_pos = [(a[i] - b[i]) / d_drafts if d_drafts > 0 else 0.0 for i in range(n)]
+    return SpecStats(
+        num_drafts=int(d_drafts),
+        num_draft_tokens=int(d_tokens),
+        num_accepted_tokens=int(d_acc),
+        acceptance_rate=(d_acc / d_tokens) if d_tokens > 0 else None,
+        mean_acceptance_length=(1.0 + d_acc / d_drafts) if d_drafts > 0 else None,
+        per_position_acceptance=per_pos,
+    )
+
+
+class Measurement(BaseModel):
+    """One measured point: an engine configuration under one load level and workload.
+
+    Units are in the names; latency fields are over successful requests only.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workload: str
+    concurrency: int
+    num_requests: int
+    num_ok: int
+    num_failed: int
+    duration_s: float
+    output_tokens: int
+    output_tok_per_s: float
+    requests_per_s: float
+    goodput_req_per_s: float
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tpot_ms: float | None
+    p50_tpot_ms: float | None
+    p90_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    mean_itl_ms: float | None
+    p50_itl_ms: float | None
+    p90_itl_ms: float | None
+    p99_itl_ms: float | None
+    mean_e2e_ms: float | None
+    p50_e2e_ms: float | None
+    p90_e2e_ms: float | None
+    p99_e2e_ms: float | None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: list[float] = []
+    num_drafts: int | None = None
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+    errors: list[str] = []
+
+
+def _pct(values_s: Sequence[float]) -> dict[str, float | None]:
+    if len(values_s) == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {"mean": float(ms.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def _meets(r: RequestResult, slo: dict[str, float]) -> bool:
+    """Per-request SLO check (as vLLM's goodput): each limit applies to this request's value."""
+    checks = {
+        "p99_ttft_ms": r.ttft_s * 1000.0,
+        "p99_e2e_ms": r.e2e_s * 1000.0,
+        "p99_tpot_ms": (r.tpot_s or 0.0) * 1000.0,
+    }
+    return all(checks[k] <= v for k, v in slo.items() if k in checks)
+
+
+def summarize(
+    results: Sequence[RequestResult],
+    *,
+    duration_s: float,
+    workload: str,
+    concurrency: int,
+    slo: dict[str, float] | None = None,
+    spec: SpecStats | None = None,
+) -> Measurement:
+    if duration_s <= 0:
+        raise ValueError("duration_s must be positive")
+    ok = [r for r in results if r.ok]
+    failed = [r for r in results if not r.ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    tpots = [t for r in ok if (t := r.tpot_s) is not None]
+    itls = [x for r in ok for x in r.itl_s]
+    good = sum(1 for r in ok if _meets(r, slo or {}))
+    fields: dict = {}
+    for name, vals in (
+        ("ttft", [r.ttft_s for r in ok]),
+        ("tpot", tpots),
+        ("itl", itls),
+        ("e2e", [r.e2e_s for r in ok]),
+    ):
+        for stat, v in _pct(vals).items():
+            fields[f"{stat}_{name}_ms"] = v
+    errors = sorted({r.error for r in failed})[:5]
+    extra: dict = {}
+    if spec is not None:
+        extra = {
+            "acceptance_rate": spec.acceptance_rate,
+            "mean_acceptance_length": spec.mean_acceptance_length,
+            "per_position_acceptance": spec.per_position_acceptance,
+            "num_drafts": spec.num_drafts,
+            "num_draft_tokens": spec.num_draft_tokens,
+            "num_accepted_tokens": spec.num_accepted_tokens,
+        }
+    return Measurement(
+        workload=workload,
+        concurrency=concurrency,
+        num_requests=len(results),
+        num_ok=len(ok),
+        num_failed=len(failed),
+        duration_s=duration_s,
+        output_tokens=out_tokens,
+        output_tok_per_s=out_tokens / duration_s,
+        requests_per_s=len(ok) / duration_s,
+        goodput_req_per_s=good / duration_s,
+        errors=errors,
+        **fields,
+        **extra,
+    )

@@ -1,0 +1,339 @@
+"""Search-space schema: the YAML a user writes to describe one tuning job.
+
+Why pydantic: every field is validated with its path, so a bad file is refused before any
+engine time is spent, with a message like ``methods.ngram.prompt_lookup_max: ...``.
+Relative paths (models, drafts, workload files) resolve against the YAML file's folder, so a
+preset works from any working directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DraftModelMethod",
+    "EngineSpec",
+    "IntRange",
+    "NgramMethod",
+    "Objective",
+    "SearchSpace",
+    "SLO",
+    "SpaceError",
+    "StartPoint",
+    "WorkloadSpec",
+    "load_space",
+    "parse_space",
+    "METRIC_DIRECTIONS",
+]
+
+# Metrics an objective may name, with the direction that is "better".
+METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
+    "output_tok_per_s": "maximize",
+    "requests_per_s": "maximize",
+    "goodput_req_per_s": "maximize",
+    "p50_tpot_ms": "minimize",
+    "p90_tpot_ms": "minimize",
+    "p99_tpot_ms": "minimize",
+    "p50_ttft_ms": "minimize",
+    "p90_ttft_ms": "minimize",
+    "p99_ttft_ms": "minimize",
+    "p50_e2e_ms": "minimize",
+    "p90_e2e_ms": "minimize",
+    "p99_e2e_ms": "minimize",
+    "p99_itl_ms": "minimize",
+}
+
+
+class SpaceError(ValueError):
+    """A search space that cannot be used; the message names each bad field and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntRange(_Strict):
+    """Inclusive integer range ``{min: 1, max: 4}``."""
+
+    min: Annotated[int, Field(ge=1)]
+    max: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.min, self.max + 1))
+
+
+class NgramMethod(_Strict):
+    """Prompt lookup: proposes continuations of n-grams already in the context."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    prompt_lookup_min: IntRange = IntRange(min=1, max=3)
+    prompt_lookup_max: IntRange = IntRange(min=2, max=5)
+
+    @model_validator(mode="after")
+    def _lookup_consistent(self) -> NgramMethod:
+        if self.prompt_lookup_max.max < self.prompt_lookup_min.min:
+            raise ValueError("prompt_lookup_max.max must be >= prompt_lookup_min.min")
+        return self
+
+
+class DraftModelMethod(_Strict):
+    """A separate small model that shares the target's vocabulary."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    drafts: Annotated[list[str], Field(min_length=1)]
+
+    @field_validator("drafts")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("drafts must not repeat")
+        return v
+
+
+class Methods(_Strict):
+    ngram: NgramMethod | None = None
+    draft_model: DraftModelMethod | None = None
+
+    def enabled(self) -> list[str]:
+        return [name for name in ("ngram", "draft_model") if getattr(self, name) is not None]
+
+
+class EngineSpec(_Strict):
+    """How to launch the engine; per preset, because what pays differs by hardware."""
+
+    kind: Literal["vllm"] = "vllm"
+    model: str
+    served_model_name: str = "target"
+    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 512
+    enforce_eager: bool = Field(
+        False,
+        description="On CPU it cuts start-up ~75 s -> ~27 s at equal latency; on a GPU it "
+        "disables CUDA graphs, so leave it off there.",
+    )
+    dtype: str | None = None
+    cpu_kvcache_gib: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="CPU only: exact KV-cache size (VLLM_CPU_KVCACHE_SPACE); overrides "
+        "memory_fraction.",
+    )
+    device: Literal["cpu", "cuda"] = "cpu"
+    startup_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 300.0
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class WorkloadSpec(_Strict):
+    """Which prompts, how many, how long; ``builtin`` names a set shipped with SpecTune."""
+
+    builtin: Literal["code_completion"] | None = "code_completion"
+    path: str | None = None
+    num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
+    max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
+    warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSpec:
+        if self.path is not None and self.builtin is not None:
+            raise ValueError("give either builtin or path, not both (set builtin: null)")
+        if self.path is None and self.builtin is None:
+            raise ValueError("give builtin or path")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.builtin if self.builtin is not None else Path(self.path or "").stem
+
+
+class SLO(_Strict):
+    """Latency limits a configuration must meet to be feasible (all optional)."""
+
+    p99_tpot_ms: Annotated[float, Field(gt=0, le=600_000)] | None = None
+    p99_ttft_ms: Annotated[float, Field(gt=0, le=600_000)] | None = None
+    p99_e2e_ms: Annotated[float, Field(gt=0, le=3_600_000)] | None = None
+
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Objective(_Strict):
+    metric: str
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> Objective:
+        if self.metric not in METRIC_DIRECTIONS:
+            raise ValueError(
+                f"unknown metric {self.metric!r}; choose from {sorted(METRIC_DIRECTIONS)}"
+            )
+        return self
+
+    @property
+    def resolved_direction(self) -> Literal["maximize", "minimize"]:
+        return self.direction or METRIC_DIRECTIONS[self.metric]
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="output_tok_per_s"), Objective(metric="p99_tpot_ms")]
+
+
+class StartPoint(_Strict):
+    """A known-good candidate measured right after the baseline (before the sampler guesses)."""
+
+    method: Literal["ngram", "draft_model"]
+    num_speculative_tokens: Annotated[int, Field(ge=1)]
+    prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None
+    prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
+    draft: str | None = None
+    max_num_seqs: int | None = None
+    memory_fraction: float | None = None
+
+
+class SearchSpace(_Strict):
+    """One tuning job: the target, the candidates, the load, the SLO and the budget."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    engine: EngineSpec
+    methods: Methods
+    max_num_seqs: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = [8]
+    memory_fraction: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)] = [
+        0.1
+    ]
+    concurrency: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = [
+        1,
+        4,
+    ]
+    objective_concurrency: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Level whose numbers Optuna optimises; default: the highest level."
+    )
+    workload: WorkloadSpec = WorkloadSpec()
+    slo: SLO = SLO()
+    objectives: Annotated[list[Objective], Field(min_length=1, max_length=4)] = Field(
+        default_factory=_default_objectives
+    )
+    start_with: list[StartPoint] = Field(default_factory=list)
+    trials: Annotated[int, Field(ge=1, le=10_000)] = 8
+    seed: int = 0
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("concurrency", "max_num_seqs", "memory_fraction")
+    @classmethod
+    def _sorted_unique(cls, v: list[Any]) -> list[Any]:
+        if len(set(v)) != len(v):
+            raise ValueError("values must not repeat")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> SearchSpace:
+        if not self.methods.enabled():
+            raise ValueError("methods: enable at least one of ngram, draft_model")
+        top = max(self.concurrency)
+        small = [n for n in self.max_num_seqs if n < top]
+        if small:
+            raise ValueError(
+                f"max_num_seqs {small} is below the highest concurrency level {top}: "
+                "the engine would queue requests the client thinks are concurrent"
+            )
+        if self.objective_concurrency is not None and (
+            self.objective_concurrency not in self.concurrency
+        ):
+            raise ValueError(
+                f"objective_concurrency {self.objective_concurrency} is not one of "
+                f"concurrency {self.concurrency}"
+            )
+        for i, sp in enumerate(self.start_with):
+            self._check_start(i, sp)
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError("objectives: each metric at most once")
+        return self
+
+    def _check_start(self, i: int, sp: StartPoint) -> None:
+        where = f"start_with.{i}"
+        m = getattr(self.methods, sp.method)
+        if m is None:
+            raise ValueError(f"{where}: method {sp.method} is not enabled in methods")
+        rng = m.num_speculative_tokens
+        if not rng.min <= sp.num_speculative_tokens <= rng.max:
+            raise ValueError(
+                f"{where}: num_speculative_tokens {sp.num_speculative_tokens} is "
+                f"outside {rng.min}..{rng.max}"
+            )
+        if sp.method == "draft_model" and sp.draft is not None and sp.draft not in m.drafts:
+            raise ValueError(
+                f"{where}: draft {sp.draft!r} is not one of methods.draft_model.drafts"
+            )
+        if sp.max_num_seqs is not None and sp.max_num_seqs not in self.max_num_seqs:
+            raise ValueError(
+                f"{where}: max_num_seqs {sp.max_num_seqs} is not one of {self.max_num_seqs}"
+            )
+        if sp.memory_fraction is not None and sp.memory_fraction not in self.memory_fraction:
+            raise ValueError(
+                f"{where}: memory_fraction {sp.memory_fraction} is not one of "
+                f"{self.memory_fraction}"
+            )
+
+    @property
+    def primary_concurrency(self) -> int:
+        return self.objective_concurrency or max(self.concurrency)
+
+    def resolve(self, path: str) -> str:
+        """Absolute form of a path written relative to the YAML file."""
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else (self.base_dir / p).resolve())
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid search space {source}:"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_space(data: Any, *, base_dir: Path | None = None, source: str = "") -> SearchSpace:
+    """Validate a mapping (already parsed YAML/JSON) into a SearchSpace or raise SpaceError."""
+    if not isinstance(data, dict):
+        raise SpaceError(f"invalid search space {source}: top level must be a mapping")
+    if "base_dir" in data:
+        raise SpaceError(f"invalid search space {source}:\n  base_dir: not a user field")
+    try:
+        space = SearchSpace.model_validate({**data, "base_dir": base_dir or Path.cwd()})
+    except ValidationError as e:
+        raise SpaceError(_format_errors(e, source)) from None
+    return space
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read a YAML search space; relative paths inside it resolve against its folder."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpaceError(f"cannot read search space {p}: {e.strerror}") from None
+    return loads_space(text, base_dir=p.resolve().parent, source=str(p))
+
+
+def loads_space(text: str, *, base_dir: Path | None = None, source: str = "") -> SearchSpace:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpaceError(f"invalid search space {source}: not valid YAML: {e}") from None
+    return parse_space(data, base_dir=base_dir, source=source)

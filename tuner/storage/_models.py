@@ -1,0 +1,95 @@
+"""SQLAlchemy 2 models. Tables are prefixed ``spectune_``: Optuna's own ``studies`` and
+``trials`` live in the same database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = ["Base", "JobModel", "MeasurementModel", "TrialModel", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobModel(Base):
+    """One tuning job: an Optuna study plus the search space it was started with."""
+
+    __tablename__ = "spectune_jobs"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    study_name: Mapped[str] = mapped_column(String(200), unique=True)
+    state: Mapped[str] = mapped_column(String(20), default="queued")
+    space: Mapped[dict[str, Any]] = mapped_column(JSON)
+    space_yaml: Mapped[str | None] = mapped_column(Text, nullable=True)
+    n_trials: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    engine_launches: Mapped[int] = mapped_column(Integer, default=0)
+    engine_startup_s: Mapped[float] = mapped_column(Float, default=0.0)
+
+    trials: Mapped[list[TrialModel]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"
+    )
+
+
+class TrialModel(Base):
+    """One candidate configuration; ``state`` uses Optuna's names in lower case."""
+
+    __tablename__ = "spectune_trials"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    trial_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("spectune_jobs.job_id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20), default="running")
+    method: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    engine_key: Mapped[str] = mapped_column(String(32))
+    fail_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    fail_detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    startup_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reused_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    job: Mapped[JobModel] = relationship(back_populates="trials")
+    measurements: Mapped[list[MeasurementModel]] = relationship(
+        back_populates="trial",
+        cascade="all, delete-orphan",
+        order_by="MeasurementModel.concurrency",
+    )
+
+
+class MeasurementModel(Base):
+    """One (configuration, workload, concurrency) point; the numbers live in ``metrics``."""
+
+    __tablename__ = "spectune_measurements"
+    __table_args__ = (UniqueConstraint("trial_id", "workload", "concurrency"),)
+
+    measurement_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("spectune_trials.trial_id", ondelete="CASCADE")
+    )
+    workload: Mapped[str] = mapped_column(String(100))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    output_tok_per_s: Mapped[float] = mapped_column(Float)
+    p99_tpot_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    num_failed: Mapped[int] = mapped_column(Integer, default=0)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    trial: Mapped[TrialModel] = relationship(back_populates="measurements")

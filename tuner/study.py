@@ -1,0 +1,598 @@
+"""A tuning job: an Optuna study whose trials launch a real engine and measure it.
+
+Data flow per trial: sample a candidate (define-by-run: method-specific parameters exist only
+for their method) -> pre-flight checks -> launch the engine -> measure every concurrency level
+-> store -> report objectives and SLO constraints to Optuna. The no-speculation baseline is
+enqueued first, so every job measures the same target without speculation on the same
+workload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from sqlalchemy import select
+
+from tuner.engines import EngineConfig, EngineLaunchError, VLLMServer
+from tuner.loadgen import LoadError, measure
+from tuner.metrics import Measurement
+from tuner.space import SearchSpace, parse_space
+from tuner.storage import (
+    JobModel,
+    MeasurementModel,
+    TrialModel,
+    ensure_schema,
+    session_scope,
+    utcnow,
+)
+from tuner.workloads import Prompt, WorkloadError, builtin_path, read_jsonl
+
+__all__ = [
+    "JobNotFound",
+    "PreflightError",
+    "TrialEvent",
+    "create_job",
+    "load_prompts",
+    "preflight",
+    "run_job",
+    "sample_candidate",
+    "space_of_job",
+]
+
+MAX_FAILED_FRACTION = 0.0  # any failed request makes a point infeasible: its numbers lie
+LOG_TAIL_CHARS = 4000
+
+
+class JobNotFound(LookupError):
+    pass
+
+
+class PreflightError(ValueError):
+    """A candidate refused before any engine time is spent."""
+
+
+class TrialFailed(RuntimeError):
+    """Raised inside the objective so Optuna records FAIL while the study goes on."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail[-300:]}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """What a progress display needs after each trial."""
+
+    number: int
+    n_trials: int
+    state: str
+    method: str
+    params: dict[str, Any]
+    seconds: float
+    summary: str
+
+
+def study_name_for(job_id: int) -> str:
+    return f"spectune-job-{job_id}"
+
+
+def load_prompts(space: SearchSpace) -> list[Prompt]:
+    wl = space.workload
+    path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
+    return read_jsonl(path)
+
+
+def create_job(
+    url: str, space: SearchSpace, *, space_yaml: str | None = None, n_trials: int | None = None
+) -> int:
+    """Store a queued job and its Optuna study; returns the job id."""
+    ensure_schema(url)
+    load_prompts(space)  # refuse a bad workload now, not after the first launch
+    data = space.model_dump(mode="json")
+    data["base_dir"] = str(space.base_dir)
+    with session_scope(url) as s:
+        job = JobModel(
+            name=space.name,
+            study_name=f"pending-{time.time_ns()}",
+            state="queued",
+            space=data,
+            space_yaml=space_yaml,
+            n_trials=n_trials or space.trials,
+        )
+        s.add(job)
+        s.flush()
+        job.study_name = study_name_for(job.job_id)
+        job_id = job.job_id
+    optuna.create_study(
+        storage=url,
+        study_name=study_name_for(job_id),
+        directions=[o.resolved_direction for o in space.objectives],
+    )
+    return job_id
+
+
+def space_of_job(job: JobModel) -> SearchSpace:
+    data = dict(job.space)
+    base = Path(data.pop("base_dir", "."))
+    return parse_space(data, base_dir=base, source=f"(job {job.job_id})")
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]:
+    """Define-by-run: a parameter exists only where it means something."""
+    methods = ["none", *space.methods.enabled()]
+    method = trial.suggest_categorical("method", methods)
+    params: dict[str, Any] = {"method": method}
+    if method == "ngram":
+        m = space.methods.ngram
+        assert m is not None
+        k = trial.suggest_int(
+            "ngram.num_speculative_tokens",
+            m.num_speculative_tokens.min,
+            m.num_speculative_tokens.max,
+        )
+        pmin = trial.suggest_int(
+            "ngram.prompt_lookup_min", m.prompt_lookup_min.min, m.prompt_lookup_min.max
+        )
+        pmax = trial.suggest_int(
+            "ngram.prompt_lookup_max", m.prompt_lookup_max.min, m.prompt_lookup_max.max
+        )
+        params.update(
+            num_speculative_tokens=k, prompt_lookup_min=pmin, prompt_lookup_max=max(pmin, pmax)
+        )
+    elif method == "draft_model":
+        m = space.methods.draft_model
+        assert m is not None
+        k = trial.suggest_int(
+            "draft_model.num_speculative_tokens",
+            m.num_speculative_tokens.min,
+            m.num_speculative_tokens.max,
+        )
+        draft = trial.suggest_categorical("draft_model.draft", m.drafts)
+        params.update(num_speculative_tokens=k, draft=draft)
+    params["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", space.max_num_seqs)
+    params["memory_fraction"] = trial.suggest_categorical("memory_fraction", space.memory_fraction)
+    return params
+
+
+def baseline_params(space: SearchSpace) -> dict[str, Any]:
+    return {
+        "method": "none",
+        "max_num_seqs": space.max_num_seqs[0],
+        "memory_fraction": space.memory_fraction[0],
+    }
+
+
+def start_params(space: SearchSpace) -> list[dict[str, Any]]:
+    """Optuna parameter dicts for ``start_with`` (unset fields: the first choice)."""
+    out = []
+    for sp in space.start_with:
+        m = sp.method
+        d: dict[str, Any] = {
+            "method": m,
+            f"{m}.num_speculative_tokens": sp.num_speculative_tokens,
+            "max_num_seqs": sp.max_num_seqs or space.max_num_seqs[0],
+            "memory_fraction": sp.memory_fraction or space.memory_fraction[0],
+        }
+        if m == "ngram":
+            ng = space.methods.ngram
+            assert ng is not None
+            d["ngram.prompt_lookup_min"] = sp.prompt_lookup_min or ng.prompt_lookup_min.min
+            d["ngram.prompt_lookup_max"] = sp.prompt_lookup_max or ng.prompt_lookup_max.max
+        else:
+            dm = space.methods.draft_model
+            assert dm is not None
+            d["draft_model.draft"] = sp.draft or dm.drafts[0]
+        out.append(d)
+    return out
+
+
+def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, Any] | None:
+    method = params["method"]
+    if method == "none":
+        return None
+    spec: dict[str, Any] = {"method": method}
+    if method == "draft_model":
+        spec["model"] = space.resolve(params["draft"])
+    spec["num_speculative_tokens"] = params["num_speculative_tokens"]
+    if method == "ngram":
+        spec["prompt_lookup_min"] = params["prompt_lookup_min"]
+        spec["prompt_lookup_max"] = params["prompt_lookup_max"]
+    return spec
+
+
+def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
+    e = space.engine
+    return EngineConfig(
+        model=space.resolve(e.model),
+        served_model_name=e.served_model_name,
+        max_model_len=e.max_model_len,
+        max_num_seqs=params["max_num_seqs"],
+        memory_fraction=params["memory_fraction"],
+        speculative_config=speculative_config(params, space),
+        enforce_eager=e.enforce_eager,
+        cpu_kvcache_gib=e.cpu_kvcache_gib,
+        device=e.device,
+        dtype=e.dtype,
+        extra_args=tuple(e.extra_args),
+    )
+
+
+# --------------------------------------------------------------------------- pre-flight
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PreflightError(f"{what}: {path} not found") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PreflightError(f"{what}: cannot read {path}: {e}") from None
+
+
+def _vocab(model_dir: Path, what: str) -> tuple[int, dict[str, int] | None]:
+    cfg = _read_json(model_dir / "config.json", what)
+    size = cfg.get("vocab_size")
+    if not isinstance(size, int):
+        raise PreflightError(f"{what}: {model_dir}/config.json has no vocab_size")
+    tok = model_dir / "tokenizer.json"
+    vocab = None
+    if tok.exists():
+        vocab = _read_json(tok, what).get("model", {}).get("vocab")
+    return size, vocab
+
+
+def preflight(cfg: EngineConfig) -> None:
+    """Checks that cost milliseconds and save a doomed engine launch."""
+    target = Path(cfg.model)
+    if not target.is_dir():
+        # A hub id would need network access; on an offline machine it cannot load.
+        raise PreflightError(f"engine.model: {cfg.model} is not a local model folder")
+    t_size, t_vocab = _vocab(target, "engine.model")
+    spec = cfg.speculative_config
+    if spec and spec["method"] == "draft_model":
+        draft = Path(spec["model"])
+        if not draft.is_dir():
+            raise PreflightError(f"methods.draft_model.drafts: {draft} is not a local folder")
+        d_size, d_vocab = _vocab(draft, "methods.draft_model.drafts")
+        if d_size != t_size:
+            raise PreflightError(
+                f"methods.draft_model.drafts: draft vocab_size {d_size} != target {t_size}; "
+                "draft and target must share a vocabulary"
+            )
+        if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
+            raise PreflightError(
+                "methods.draft_model.drafts: draft and target tokenizers map tokens to "
+                "different ids; draft and target must share a tokenizer"
+            )
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _measure_all(
+    server: VLLMServer, space: SearchSpace, prompts: list[Prompt]
+) -> list[Measurement]:
+    wl = space.workload
+    out = []
+    for level in space.concurrency:
+        m = asyncio.run(
+            measure(
+                server.base_url,
+                space.engine.served_model_name,
+                prompts,
+                workload=wl.name,
+                concurrency=level,
+                num_requests=max(wl.num_prompts, level),
+                max_tokens=wl.max_tokens,
+                warmup_requests=wl.warmup_requests,
+                timeout_s=wl.request_timeout_s,
+                slo=space.slo.limits(),
+            )
+        )
+        out.append(m)
+    return out
+
+
+def constraint_values(m: Measurement, slo: dict[str, float]) -> dict[str, float]:
+    """Optuna constraints (<= 0 is feasible): each SLO limit, and no failed requests."""
+    values: dict[str, float] = {}
+    for metric, limit in slo.items():
+        v = getattr(m, metric)
+        values[metric] = float("inf") if v is None else float(v) - float(limit)
+    frac = m.num_failed / m.num_requests if m.num_requests else 1.0
+    values["failed_requests"] = frac - MAX_FAILED_FRACTION
+    return values
+
+
+def objective_values(m: Measurement, space: SearchSpace) -> list[float]:
+    vals = []
+    for o in space.objectives:
+        v = getattr(m, o.metric)
+        if v is None:
+            raise TrialFailed("no_data", f"{o.metric} could not be measured")
+        vals.append(float(v))
+    return vals
+
+
+# --------------------------------------------------------------------------- the job
+
+
+class _Objective:
+    def __init__(
+        self,
+        url: str,
+        job_id: int,
+        space: SearchSpace,
+        work_dir: Path,
+        prompts: list[Prompt],
+        n_trials: int,
+        on_trial: Callable[[TrialEvent], None] | None,
+        on_start: Callable[[int, dict[str, Any]], None] | None,
+        launcher: list[str] | None = None,
+    ) -> None:
+        self.url, self.job_id, self.space = url, job_id, space
+        self.launcher = launcher
+        self.work_dir, self.prompts, self.n_trials = work_dir, prompts, n_trials
+        self.on_trial, self.on_start = on_trial, on_start
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        t0 = time.monotonic()
+        params = sample_candidate(trial, self.space)
+        cfg = engine_config(params, self.space)
+        if self.on_start:
+            self.on_start(trial.number, params)
+        with session_scope(self.url) as s:
+            row = TrialModel(
+                job_id=self.job_id,
+                number=trial.number,
+                state="running",
+                method=params["method"],
+                params=params,
+                engine_config=cfg.to_dict(),
+                engine_key=cfg.key(),
+            )
+            s.add(row)
+            s.flush()
+            trial_id = row.trial_id
+        trial.set_user_attr("spectune_trial_id", trial_id)
+        try:
+            measurements, extra = self._run(trial, cfg)
+            primary = next(
+                m for m in measurements if m.concurrency == self.space.primary_concurrency
+            )
+            for k, v in constraint_values(primary, self.space.slo.limits()).items():
+                trial.set_constraint(k, v)
+            values = objective_values(primary, self.space)
+        except TrialFailed as e:
+            self._finish(trial_id, "fail", reason=e.reason, detail=e.detail)
+            self._emit(trial.number, "fail", params, t0, f"{e.reason}")
+            raise
+        except BaseException as e:  # interrupted: keep the record honest
+            self._finish(trial_id, "fail", reason="interrupted", detail=repr(e))
+            raise
+        with session_scope(self.url) as s:
+            row = s.get(TrialModel, trial_id)
+            assert row is not None
+            for m in measurements:
+                row.measurements.append(
+                    MeasurementModel(
+                        workload=m.workload,
+                        concurrency=m.concurrency,
+                        output_tok_per_s=m.output_tok_per_s,
+                        p99_tpot_ms=m.p99_tpot_ms,
+                        num_failed=m.num_failed,
+                        metrics=m.model_dump(mode="json"),
+                    )
+                )
+            row.startup_s = extra.get("startup_s")
+            row.log_path = extra.get("log_path")
+            row.reused_from = extra.get("reused_from")
+            row.state = "complete"
+            row.finished_at = utcnow()
+        acc = primary.acceptance_rate
+        self._emit(
+            trial.number,
+            "complete",
+            params,
+            t0,
+            f"{primary.output_tok_per_s:.1f} tok/s, p99 TPOT "
+            f"{primary.p99_tpot_ms or float('nan'):.2f} ms"
+            + (f", acceptance {acc:.1%}" if acc is not None else "")
+            + (
+                f" (reused trial {extra['reused_from']})"
+                if extra.get("reused_from") is not None
+                else ""
+            ),
+        )
+        return values
+
+    def _emit(self, number: int, state: str, params: dict, t0: float, summary: str) -> None:
+        if self.on_trial:
+            self.on_trial(
+                TrialEvent(
+                    number,
+                    self.n_trials,
+                    state,
+                    params["method"],
+                    params,
+                    time.monotonic() - t0,
+                    summary,
+                )
+            )
+
+    def _finish(
+        self,
+        trial_id: int,
+        state: str,
+        *,
+        reason: str | None = None,
+        detail: str | None = None,
+        log_path: str | None = None,
+    ) -> None:
+        with session_scope(self.url) as s:
+            row = s.get(TrialModel, trial_id)
+            assert row is not None
+            row.state = state
+            row.fail_reason = reason
+            row.fail_detail = detail[-LOG_TAIL_CHARS:] if detail else None
+            if log_path:
+                row.log_path = log_path
+            row.finished_at = utcnow()
+
+    def _previous(self, key: str, number: int) -> TrialModel | None:
+        with session_scope(self.url) as s:
+            rows = s.scalars(
+                select(TrialModel)
+                .where(
+                    TrialModel.job_id == self.job_id,
+                    TrialModel.engine_key == key,
+                    TrialModel.number < number,
+                    TrialModel.state.in_(["complete", "fail"]),
+                    TrialModel.reused_from.is_(None),
+                )
+                .order_by(TrialModel.number)
+            ).all()
+            for r in rows:
+                _ = r.measurements  # load while the session is open
+            return rows[-1] if rows else None
+
+    def _run(self, trial: optuna.Trial, cfg: EngineConfig) -> tuple[list[Measurement], dict]:
+        prev = self._previous(cfg.key(), trial.number)
+        if prev is not None:
+            # The same engine configuration was already measured in this job: reuse, no launch.
+            if prev.state == "fail":
+                raise TrialFailed(
+                    prev.fail_reason or "crash",
+                    f"same configuration as trial {prev.number}, which failed: "
+                    + (prev.fail_detail or ""),
+                )
+            ms = [Measurement.model_validate(m.metrics) for m in prev.measurements]
+            return ms, {"reused_from": prev.number}
+        try:
+            preflight(cfg)
+        except PreflightError as e:
+            raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
+        log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"trial-{trial.number}.log"
+        server = VLLMServer(
+            cfg,
+            log_path,
+            cache_root=self.work_dir / "cache" / "vllm",
+            startup_timeout_s=self.space.engine.startup_timeout_s,
+            launcher=self.launcher,
+        )
+        try:
+            with server:
+                self._count_launch(server.startup_s or 0.0)
+                try:
+                    ms = _measure_all(server, self.space, self.prompts)
+                except (LoadError, OSError) as e:
+                    detail = f"{e}\n--- engine log tail ---\n{server.log_tail()}"
+                    raise TrialFailed(
+                        "crash" if not server.alive() else "measurement", detail
+                    ) from None
+                if not server.alive():
+                    raise TrialFailed(
+                        "crash", "engine died during measurement\n" + server.log_tail()
+                    )
+        except EngineLaunchError as e:
+            self._count_launch(0.0)
+            self._finish_log(trial, log_path)
+            raise TrialFailed(
+                e.reason, f"{e.message}\n--- engine log tail ---\n{e.log_tail}"
+            ) from None
+        return ms, {"startup_s": server.startup_s, "log_path": str(log_path)}
+
+    def _finish_log(self, trial: optuna.Trial, log_path: Path) -> None:
+        tid = trial.user_attrs.get("spectune_trial_id")
+        if tid is None:
+            return
+        with session_scope(self.url) as s:
+            row = s.get(TrialModel, tid)
+            if row is not None:
+                row.log_path = str(log_path)
+
+    def _count_launch(self, startup_s: float) -> None:
+        with session_scope(self.url) as s:
+            job = s.get(JobModel, self.job_id)
+            assert job is not None
+            job.engine_launches += 1
+            job.engine_startup_s += startup_s
+
+
+def run_job(
+    url: str,
+    job_id: int,
+    *,
+    work_dir: Path | None = None,
+    on_trial: Callable[[TrialEvent], None] | None = None,
+    on_start: Callable[[int, dict[str, Any]], None] | None = None,
+    launcher: list[str] | None = None,
+) -> JobModel:
+    """Run a queued job to the end of its trial budget; returns the finished job row.
+
+    ``launcher`` (tests only) replaces the engine's ``python -m …`` prefix.
+    """
+    ensure_schema(url)
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        if job is None:
+            raise JobNotFound(f"job {job_id} not found")
+        space = space_of_job(job)
+        n_trials = job.n_trials
+        job.state = "running"
+        job.started_at = utcnow()
+    work_dir = (work_dir or Path(".spectune")).resolve()
+    try:
+        prompts = load_prompts(space)
+    except WorkloadError as e:
+        _end_job(url, job_id, "failed", str(e))
+        raise
+    sampler = optuna.samplers.TPESampler(seed=space.seed, n_startup_trials=4)
+    study = optuna.load_study(study_name=study_name_for(job_id), storage=url, sampler=sampler)
+    if not study.trials:
+        study.enqueue_trial(baseline_params(space))
+        for params in start_params(space):
+            study.enqueue_trial(params, skip_if_exists=True)
+    objective = _Objective(
+        url, job_id, space, work_dir, prompts, n_trials, on_trial, on_start, launcher
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        done = sum(1 for t in study.trials if t.state != optuna.trial.TrialState.WAITING)
+        study.optimize(objective, n_trials=max(0, n_trials - done), catch=(TrialFailed,))
+    except KeyboardInterrupt:
+        _end_job(url, job_id, "cancelled", "interrupted by the user")
+        raise
+    except Exception as e:
+        _end_job(url, job_id, "failed", f"{type(e).__name__}: {e}")
+        raise
+    _end_job(url, job_id, "succeeded", None)
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        assert job is not None
+        return job
+
+
+def _end_job(url: str, job_id: int, state: str, error: str | None) -> None:
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        if job is not None:
+            job.state = state
+            job.error = error
+            job.finished_at = utcnow()
+
+
+def dump_space_yaml(space: SearchSpace) -> str:
+    return yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
