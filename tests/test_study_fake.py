@@ -165,3 +165,77 @@ def test_tight_slo_makes_points_infeasible_and_re_evaluation_relaxes_it(
 def test_unknown_job(db_url, capsys):
     assert cli.main(["trials", "999", "--db", db_url]) == cli.EXIT_INPUT
     assert "job 999 not found" in capsys.readouterr().err
+
+
+def test_cancel_between_trials_keeps_finished_trials(space_dir, db_url, fake_launcher):
+    from tuner.study import JobControl
+
+    control = JobControl()
+    job_id = create_job(db_url, _space(space_dir, trials=6))
+
+    def after(ev):
+        if ev.number == 1:
+            control.cancel()
+
+    run_job(
+        db_url,
+        job_id,
+        work_dir=space_dir / "w",
+        on_trial=after,
+        launcher=fake_launcher,
+        control=control,
+    )
+    with session_scope(db_url) as s:
+        assert s.get(JobModel, job_id).state == "cancelled"
+        rows = s.query(TrialModel).filter_by(job_id=job_id).all()
+        assert [r.state for r in rows] == ["complete", "complete"]
+
+
+def test_cancel_stops_the_running_engine(space_dir, db_url, fake_launcher):
+    import threading
+    import time
+
+    from tuner.study import JobControl
+
+    control = JobControl()
+    text = SPACE.format(drafts="good_draft", slo=1000, trials=3).replace(
+        "max_tokens: 12", "max_tokens: 400"
+    )
+    space = loads_space(text, base_dir=space_dir)
+    job_id = create_job(db_url, space)
+    launcher = [*fake_launcher]
+    t0 = time.monotonic()
+    threading.Timer(4.0, control.cancel).start()
+    run_job(db_url, job_id, work_dir=space_dir / "w", launcher=launcher, control=control)
+    assert time.monotonic() - t0 < 30
+    with session_scope(db_url) as s:
+        assert s.get(JobModel, job_id).state == "cancelled"
+        rows = s.query(TrialModel).filter_by(job_id=job_id).all()
+        assert rows[-1].state == "fail" and rows[-1].fail_reason == "cancelled"
+
+
+def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launcher):
+    job_id = create_job(db_url, _space(space_dir, trials=3))
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    orphan = study.ask()  # a trial the dead worker had started
+    with session_scope(db_url) as s:
+        s.get(JobModel, job_id).state = "running"
+        s.add(
+            TrialModel(
+                job_id=job_id,
+                number=orphan.number,
+                state="running",
+                method="none",
+                params={"method": "none"},
+                engine_config={},
+                engine_key="x",
+            )
+        )
+    run_job(db_url, job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    states = [t.state.name for t in study.trials]
+    assert states[0] == "FAIL" and states.count("COMPLETE") == 2 and len(states) == 3
+    with session_scope(db_url) as s:
+        assert s.get(JobModel, job_id).state == "succeeded"
+        r0 = s.query(TrialModel).filter_by(job_id=job_id, number=0).one()
+        assert r0.state == "fail" and r0.fail_reason == "interrupted"

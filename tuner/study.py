@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from tuner.storage import (
 from tuner.workloads import Prompt, WorkloadError, builtin_path, read_jsonl
 
 __all__ = [
+    "JobCancelled",
+    "JobControl",
     "JobNotFound",
     "PreflightError",
     "TrialEvent",
@@ -79,6 +82,37 @@ class TrialEvent:
     params: dict[str, Any]
     seconds: float
     summary: str
+
+
+class JobControl:
+    """Lets another thread cancel a running job: the engine in flight is stopped at once,
+    finished trials are kept, and the job ends ``cancelled``."""
+
+    def __init__(self) -> None:
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._server: VLLMServer | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        with self._lock:
+            server = self._server
+        if server is not None:
+            server.stop(grace_s=5)
+
+    def _attach(self, server: VLLMServer | None) -> None:
+        with self._lock:
+            self._server = server
+        if server is not None and self.cancelled:
+            server.stop(grace_s=5)
+
+
+class JobCancelled(RuntimeError):
+    pass
 
 
 def study_name_for(job_id: int) -> str:
@@ -341,13 +375,17 @@ class _Objective:
         on_trial: Callable[[TrialEvent], None] | None,
         on_start: Callable[[int, dict[str, Any]], None] | None,
         launcher: list[str] | None = None,
+        control: JobControl | None = None,
     ) -> None:
+        self.control = control or JobControl()
         self.url, self.job_id, self.space = url, job_id, space
         self.launcher = launcher
         self.work_dir, self.prompts, self.n_trials = work_dir, prompts, n_trials
         self.on_trial, self.on_start = on_trial, on_start
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
+        if self.control.cancelled:
+            raise JobCancelled("job cancelled")
         t0 = time.monotonic()
         params = sample_candidate(trial, self.space)
         cfg = engine_config(params, self.space)
@@ -380,7 +418,8 @@ class _Objective:
             self._emit(trial.number, "fail", params, t0, f"{e.reason}")
             raise
         except BaseException as e:  # interrupted: keep the record honest
-            self._finish(trial_id, "fail", reason="interrupted", detail=repr(e))
+            reason = "cancelled" if isinstance(e, JobCancelled) else "interrupted"
+            self._finish(trial_id, "fail", reason=reason, detail=repr(e))
             raise
         with session_scope(self.url) as s:
             row = s.get(TrialModel, trial_id)
@@ -492,6 +531,7 @@ class _Objective:
             startup_timeout_s=self.space.engine.startup_timeout_s,
             launcher=self.launcher,
         )
+        self.control._attach(server)
         try:
             with server:
                 self._count_launch(server.startup_s or 0.0)
@@ -506,12 +546,20 @@ class _Objective:
                     raise TrialFailed(
                         "crash", "engine died during measurement\n" + server.log_tail()
                     )
-        except EngineLaunchError as e:
+        except (EngineLaunchError, TrialFailed) as e:
+            if self.control.cancelled:
+                raise JobCancelled("job cancelled while its engine ran") from None
+            if isinstance(e, TrialFailed):
+                raise
             self._count_launch(0.0)
             self._finish_log(trial, log_path)
             raise TrialFailed(
                 e.reason, f"{e.message}\n--- engine log tail ---\n{e.log_tail}"
             ) from None
+        finally:
+            self.control._attach(None)
+        if self.control.cancelled:
+            raise JobCancelled("job cancelled while its engine ran")
         return ms, {"startup_s": server.startup_s, "log_path": str(log_path)}
 
     def _finish_log(self, trial: optuna.Trial, log_path: Path) -> None:
@@ -539,10 +587,13 @@ def run_job(
     on_trial: Callable[[TrialEvent], None] | None = None,
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
     launcher: list[str] | None = None,
+    control: JobControl | None = None,
 ) -> JobModel:
     """Run a queued job to the end of its trial budget; returns the finished job row.
 
-    ``launcher`` (tests only) replaces the engine's ``python -m …`` prefix.
+    ``control`` lets another thread cancel the job. ``launcher`` (tests only) replaces the
+    engine's ``python -m …`` prefix. A job found ``running`` (its worker died) resumes:
+    finished trials are kept and the budget counts them.
     """
     ensure_schema(url)
     with session_scope(url) as s:
@@ -561,17 +612,21 @@ def run_job(
         raise
     sampler = optuna.samplers.TPESampler(seed=space.seed, n_startup_trials=4)
     study = optuna.load_study(study_name=study_name_for(job_id), storage=url, sampler=sampler)
+    _fail_orphaned_trials(url, job_id, study)
     if not study.trials:
         study.enqueue_trial(baseline_params(space))
         for params in start_params(space):
             study.enqueue_trial(params, skip_if_exists=True)
     objective = _Objective(
-        url, job_id, space, work_dir, prompts, n_trials, on_trial, on_start, launcher
+        url, job_id, space, work_dir, prompts, n_trials, on_trial, on_start, launcher, control
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         done = sum(1 for t in study.trials if t.state != optuna.trial.TrialState.WAITING)
         study.optimize(objective, n_trials=max(0, n_trials - done), catch=(TrialFailed,))
+    except JobCancelled:
+        _end_job(url, job_id, "cancelled", "cancelled")
+        return _job_row(url, job_id)
     except KeyboardInterrupt:
         _end_job(url, job_id, "cancelled", "interrupted by the user")
         raise
@@ -579,10 +634,31 @@ def run_job(
         _end_job(url, job_id, "failed", f"{type(e).__name__}: {e}")
         raise
     _end_job(url, job_id, "succeeded", None)
+    return _job_row(url, job_id)
+
+
+def _job_row(url: str, job_id: int) -> JobModel:
     with session_scope(url) as s:
         job = s.get(JobModel, job_id)
         assert job is not None
         return job
+
+
+def _fail_orphaned_trials(url: str, job_id: int, study: optuna.Study) -> None:
+    """Trials left running by a worker that died: one worker runs a job at a time, so the
+    one resuming it knows they are dead. They become failed and the budget counts them."""
+    storage = study._storage
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    with session_scope(url) as s:
+        rows = s.scalars(
+            select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.state == "running")
+        ).all()
+        for r in rows:
+            r.state = "fail"
+            r.fail_reason = "interrupted"
+            r.fail_detail = "the worker running this trial stopped before it finished"
+            r.finished_at = utcnow()
 
 
 def _end_job(url: str, job_id: int, state: str, error: str | None) -> None:

@@ -166,8 +166,9 @@ def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None =
             env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
         else:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        # Same runtime for every trial, baseline included, or the comparison is unfair.
         lib = _iomp_library()
-        if lib and cfg.speculative_config is not None and "LD_PRELOAD" not in env:
+        if lib and "LD_PRELOAD" not in env:
             env["LD_PRELOAD"] = lib
     return env
 
@@ -246,10 +247,12 @@ class VLLMServer:
         self.startup_s = time.monotonic() - t0
 
     def _wait_ready(self, t0: float) -> None:
-        assert self.proc is not None
+        proc = self.proc  # local: stop() from another thread clears self.proc
+        if proc is None:
+            raise EngineLaunchError("crash", "engine stopped before it started")
         url = self.base_url + "/health"
         while True:
-            rc = self.proc.poll()
+            rc = proc.poll()
             if rc is not None:
                 tail = _tail(self.log_path)
                 reason = classify_failure(tail, rc, timed_out=False)
