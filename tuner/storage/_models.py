@@ -6,7 +6,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = ["Base", "JobModel", "MeasurementModel", "TrialModel", "utcnow"]
@@ -24,6 +35,10 @@ class JobModel(Base):
     """One tuning job: an Optuna study plus the search space it was started with."""
 
     __tablename__ = "spectune_jobs"
+    __table_args__ = (
+        UniqueConstraint("idempotency_key", name="uq_spectune_jobs_idempotency_key"),
+        Index("ix_spectune_jobs_state", "state"),
+    )
 
     job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -38,6 +53,14 @@ class JobModel(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     engine_launches: Mapped[int] = mapped_column(Integer, default=0)
     engine_startup_s: Mapped[float] = mapped_column(Float, default=0.0)
+    # Service columns (migration v0.2.0.a). ``for_worker``: submitted through the API, so a
+    # worker may claim it; jobs from ``spectune run`` are run by their own process instead.
+    for_worker: Mapped[bool] = mapped_column(Boolean, default=False)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"

@@ -1,0 +1,79 @@
+"""Annotated dependencies shared by the routers: settings, database URL, auth, query slices."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tuner.api._service import ReportQuery
+from tuner.api.settings import ServiceSettings, token_matches
+
+__all__ = [
+    "Authorized",
+    "DbUrl",
+    "JobId",
+    "ReportQueryDep",
+    "SettingsDep",
+    "require_token",
+]
+
+
+def get_settings(request: Request) -> ServiceSettings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
+
+
+def get_db_url(settings: SettingsDep) -> str:
+    return settings.database_url
+
+
+DbUrl = Annotated[str, Depends(get_db_url)]
+
+_bearer = HTTPBearer(auto_error=False, description="a token whose SHA-256 is configured")
+
+
+def require_token(
+    settings: SettingsDep,
+    cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """With auth on, every write and every read of job data needs a configured token."""
+    if not settings.auth_enabled:
+        return
+    if cred is None or not token_matches(cred.credentials, settings.api_token_sha256):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing or unknown bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+Authorized = Depends(require_token)
+
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="job id")]
+
+
+def report_query(
+    workload: Annotated[str | None, Query(max_length=100)] = None,
+    concurrency: Annotated[int | None, Query(ge=1, le=4096)] = None,
+    slo_p99_tpot_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
+    slo_p99_ttft_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
+    slo_p99_e2e_ms: Annotated[float | None, Query(gt=0, le=3_600_000)] = None,
+) -> ReportQuery:
+    """SLO limits given here replace the job's for this answer only; nothing is re-run."""
+    slo = {
+        k: v
+        for k, v in {
+            "p99_tpot_ms": slo_p99_tpot_ms,
+            "p99_ttft_ms": slo_p99_ttft_ms,
+            "p99_e2e_ms": slo_p99_e2e_ms,
+        }.items()
+        if v is not None
+    }
+    return ReportQuery(workload, concurrency, slo)
+
+
+ReportQueryDep = Annotated[ReportQuery, Depends(report_query)]

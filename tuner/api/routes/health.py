@@ -1,0 +1,41 @@
+"""Liveness and readiness (no auth: they reveal no job data)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import JSONResponse
+
+from tuner.api._deps import DbUrl
+from tuner.storage import current_revision, head_revision
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(request: Request, url: DbUrl) -> JSONResponse:
+    """The database is reachable at this SpecTune's schema, and the embedded worker runs."""
+    problems = []
+    try:
+        rev = current_revision(url)
+        if rev != head_revision():
+            problems.append(f"database schema at {rev}, need {head_revision()}")
+    except Exception as e:  # any failure to reach the database means not ready
+        problems.append(f"database: {type(e).__name__}")
+    worker = getattr(request.app.state, "worker", None)
+    if worker is not None and not worker.alive:
+        problems.append("embedded worker is not running")
+    body = {
+        "status": "ready" if not problems else "not ready",
+        "problems": problems,
+        "worker": None
+        if worker is None
+        else {"id": worker.worker_id, "alive": worker.alive, "job": worker.current_job},
+    }
+    code = status.HTTP_200_OK if not problems else status.HTTP_503_SERVICE_UNAVAILABLE
+    return JSONResponse(body, status_code=code)

@@ -1,0 +1,71 @@
+"""``/api/jobs``: submit, list, show, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+
+from tuner.api import _service
+from tuner.api._deps import Authorized, DbUrl, JobId, SettingsDep
+from tuner.api.schemas import JobCreate, JobList, JobPublic, JobState
+from tuner.worker import request_cancel
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"description": "a repeat of an earlier request with the same idempotency_key"},
+        409: {"description": "idempotency_key already used with a different body"},
+        413: {"description": "body too large"},
+        422: {"description": "invalid search space; each error names its field"},
+    },
+)
+def submit_job(body: JobCreate, settings: SettingsDep, response: Response) -> JobPublic:
+    """Queue a job. Validated in full before anything is stored."""
+    job_id, created = _service.submit(settings, body)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    else:
+        response.headers["Location"] = f"/api/jobs/{job_id}"
+    return _service.get_job(settings.database_url, job_id)
+
+
+@router.get("")
+def list_jobs(
+    url: DbUrl,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    state: JobState | None = None,
+) -> JobList:
+    """Newest first."""
+    return _service.list_jobs(url, offset, limit, state)
+
+
+@router.get("/{job_id}")
+def get_job(job_id: JobId, url: DbUrl) -> JobPublic:
+    return _service.get_job(url, job_id)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    responses={
+        202: {"description": "running: the worker stops the engine and ends the job"},
+        409: {"description": "the job has already ended"},
+    },
+)
+def cancel_job(job_id: JobId, url: DbUrl, response: Response) -> JobPublic:
+    """A queued job ends at once; a running one stops its engine, keeping finished trials."""
+    res = request_cancel(url, job_id)
+    if not res.found:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
+    if not res.accepted:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"job {job_id} has already ended ({res.state})"
+        )
+    if res.state == "running":
+        response.status_code = status.HTTP_202_ACCEPTED
+    return _service.get_job(url, job_id)

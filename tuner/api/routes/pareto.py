@@ -1,0 +1,18 @@
+"""``/api/jobs/{id}/pareto``: the front re-evaluated for any SLO, without re-running."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from tuner.api import _service
+from tuner.api._deps import Authorized, DbUrl, JobId, ReportQueryDep
+from tuner.api.schemas import ParetoPublic
+
+router = APIRouter(prefix="/api/jobs/{job_id}/pareto", tags=["pareto"], dependencies=[Authorized])
+
+
+@router.get("")
+def get_pareto(job_id: JobId, url: DbUrl, q: ReportQueryDep) -> ParetoPublic:
+    """One point per (configuration, concurrency); the winner at ``concurrency`` (default:
+    the job's objective level). ``slo_*`` replace the job's limits for this answer."""
+    return _service.pareto(url, job_id, q)

@@ -1,0 +1,185 @@
+"""Request and response bodies of the REST API (separate create and public models).
+
+Frozen, extra fields refused, units in the names. ``tuner.client`` parses answers into these,
+so a pipeline gets the same types the server validated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tuner.space import SLO
+
+__all__ = [
+    "CurrentTrial",
+    "ExportFormat",
+    "ExportPublic",
+    "JobCreate",
+    "JobList",
+    "JobPublic",
+    "JobState",
+    "ParetoPoint",
+    "ParetoPublic",
+    "SearchSpacePreset",
+    "SpaceValidation",
+    "TrialDetail",
+    "TrialPage",
+    "TrialPublic",
+]
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+ExportFormat = Literal["vllm-json", "vllm-cli", "sglang", "trtllm-yaml"]
+SUPPORTED_EXPORTS: tuple[str, ...] = ("vllm-json", "vllm-cli")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobCreate(_Frozen):
+    """Exactly one of ``preset``, ``search_space`` or ``search_space_yaml``."""
+
+    preset: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+        description="name of a file in search_spaces/ without .yaml, e.g. tiny-cpu",
+    )
+    search_space: dict[str, Any] | None = Field(None, description="the search space as JSON")
+    search_space_yaml: str | None = Field(None, max_length=200_000)
+    trials: int | None = Field(None, ge=1, le=10_000, description="overrides the space's")
+    slo: SLO | None = Field(None, description="overrides the space's SLO limits it names")
+    idempotency_key: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JobCreate:
+        given = [n for n in ("preset", "search_space", "search_space_yaml") if getattr(self, n)]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of preset, search_space, search_space_yaml"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+class CurrentTrial(_Frozen):
+    number: int
+    method: str
+    params: dict[str, Any]
+    started_at: datetime
+
+
+class JobPublic(_Frozen):
+    id: int
+    name: str
+    state: JobState
+    n_trials: int
+    trials_done: int
+    trials_failed: int
+    current_trial: CurrentTrial | None
+    eta_s: float | None = Field(description="remaining trials x mean trial time so far")
+    cancel_requested: bool
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    engine_launches: int
+    engine_startup_s: float
+    workload: str
+    concurrency: list[int]
+    objective_concurrency: int
+    slo: dict[str, float]
+    objectives: list[dict[str, str]]
+
+
+class JobList(_Frozen):
+    items: list[JobPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class TrialPublic(_Frozen):
+    number: int
+    state: str
+    method: str | None
+    params: dict[str, Any]
+    fail_reason: str | None
+    fail_detail: str | None
+    startup_s: float | None
+    reused_from: int | None
+    concurrency: int
+    metrics: dict[str, Any] = Field(description="at the job's objective concurrency")
+    measurements: list[dict[str, Any]] = Field(description="every concurrency level")
+
+
+class TrialPage(_Frozen):
+    items: list[TrialPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class TrialDetail(TrialPublic):
+    log_tail: str | None = Field(description="end of the engine log, when it is on this host")
+
+
+class ParetoPoint(_Frozen):
+    trial_number: int
+    method: str
+    params: dict[str, Any]
+    concurrency: int
+    output_tok_per_s: float
+    p99_tpot_ms: float | None
+    p99_ttft_ms: float | None
+    p99_e2e_ms: float | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    feasible: bool
+    violations: list[str]
+    on_front: bool
+    is_baseline: bool
+    is_winner: bool
+    speedup: float | None = Field(description="tok/s over the baseline at this concurrency")
+
+
+class ParetoPublic(_Frozen):
+    job_id: int
+    workload: str
+    concurrency: int = Field(description="the level the front and the winner are chosen at")
+    levels: list[int]
+    slo: dict[str, float]
+    objectives: list[dict[str, str]]
+    points: list[ParetoPoint]
+    baseline_trial: int | None
+    winner_trial: int | None
+
+
+class ExportPublic(_Frozen):
+    format: ExportFormat
+    text: str
+    trial_number: int
+    concurrency: int
+    slo: dict[str, float]
+
+
+class SearchSpacePreset(_Frozen):
+    name: str
+    file: str
+    yaml: str
+    trials: int | None
+    methods: list[str]
+    slo: dict[str, float]
+    error: str | None = Field(description="why the preset does not validate, if it does not")
+
+
+class SpaceValidation(_Frozen):
+    name: str
+    n_trials: int
+    methods: list[str]
+    slo: dict[str, float]
+    concurrency: list[int]

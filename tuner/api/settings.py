@@ -1,0 +1,108 @@
+"""Service settings (``SPECTUNE_*`` environment variables, or arguments of ``spectune serve``).
+
+Unsafe combinations are refused at start-up rather than served: a server with no tokens on an
+address other than loopback needs ``allow_unauthenticated_remote`` said out loud, and tokens
+are only ever configured as SHA-256 digests (a plaintext token in the environment would leak
+through ``ps``, crash reports and the like).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from tuner.storage import DEFAULT_DATABASE_URL
+
+__all__ = ["REPO_DIR", "ServiceSettings", "hash_token", "token_matches"]
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def hash_token(token: str) -> str:
+    """The digest to put in ``SPECTUNE_API_TOKEN_SHA256`` for a bearer token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(token: str, digests: tuple[str, ...]) -> bool:
+    """Constant time in the token and over every configured digest (no early exit)."""
+    presented = hash_token(token)
+    ok = False
+    for d in digests:
+        ok |= hmac.compare_digest(presented, d)
+    return ok
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ServiceSettings(BaseSettings):
+    """Everything ``spectune serve`` and ``spectune worker`` need; frozen once loaded."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECTUNE_", frozen=True, extra="forbid")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    api_token_sha256: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="SHA-256 hex digests of the accepted bearer tokens, comma-separated. "
+        "Empty: auth off (then the server binds to loopback only).",
+    )
+    allow_unauthenticated_remote: bool = False
+    embedded_worker: bool = True
+    work_dir: Path = Path(".spectune")
+    search_spaces_dir: Path = REPO_DIR / "search_spaces"
+    web_dir: Path = REPO_DIR / "web"
+    max_body_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 256 * 1024
+    worker_poll_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    worker_heartbeat_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+    worker_stale_after_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+    @field_validator("api_token_sha256", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(x.strip() for x in v.split(",") if x.strip())
+        return v
+
+    @field_validator("api_token_sha256")
+    @classmethod
+    def _digests(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for d in v:
+            if not _HEX64.match(d):
+                raise ValueError(
+                    "each entry must be a SHA-256 hex digest (64 lower-case hex characters), "
+                    'not the token itself: printf %s "$TOKEN" | sha256sum'
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _safe(self) -> ServiceSettings:
+        if not self.api_token_sha256 and not _is_loopback(self.host):
+            if not self.allow_unauthenticated_remote:
+                raise ValueError(
+                    f"host: refusing to serve {self.host} without auth; set "
+                    "SPECTUNE_API_TOKEN_SHA256, bind to 127.0.0.1, or set "
+                    "SPECTUNE_ALLOW_UNAUTHENTICATED_REMOTE=true if the network is trusted"
+                )
+        if self.worker_stale_after_s <= 2 * self.worker_heartbeat_s:
+            raise ValueError("worker_stale_after_s: must exceed two worker_heartbeat_s")
+        return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_token_sha256)
