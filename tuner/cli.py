@@ -353,6 +353,89 @@ def cmd_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _service_settings(args: argparse.Namespace, **extra: Any):  # noqa: ANN202
+    """Environment (SPECTUNE_*) first, then the flags given; unsafe settings are refused."""
+    from pydantic import ValidationError
+
+    from tuner.api.settings import ServiceSettings
+    from tuner.storage import database_url
+
+    given: dict[str, Any] = {"database_url": database_url(args.db), **extra}
+    if getattr(args, "work_dir", None):
+        given["work_dir"] = Path(args.work_dir)
+    try:
+        return ServiceSettings(**given)
+    except ValidationError as e:
+        for err in e.errors():
+            _err(err["msg"].removeprefix("Value error, "))
+        return None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """API + web UI + (unless --no-worker) an embedded worker, in one process."""
+    import uvicorn
+
+    from tuner.api import create_app
+
+    extra: dict[str, Any] = {"embedded_worker": not args.no_worker}
+    if args.host is not None:
+        extra["host"] = args.host
+    if args.port is not None:
+        extra["port"] = args.port
+    if args.allow_unauthenticated_remote:
+        extra["allow_unauthenticated_remote"] = True
+    settings = _service_settings(args, **extra)
+    if settings is None:
+        return EXIT_INPUT
+    from tuner.storage import ensure_schema
+
+    ensure_schema(settings.database_url)  # refuse an out-of-date database before binding
+    auth = "on" if settings.auth_enabled else "off (loopback only)"
+    print(
+        f"spectune: serving http://{settings.host}:{settings.port}/ (auth {auth}, worker "
+        f"{'embedded' if settings.embedded_worker else 'separate'}, database "
+        f"{settings.database_url})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A worker alone: claims queued API jobs one at a time (one worker per device)."""
+    import logging
+
+    from tuner.storage import ensure_schema
+    from tuner.worker import Worker
+
+    settings = _service_settings(args)
+    if settings is None:
+        return EXIT_INPUT
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("spectune").setLevel(logging.INFO)
+    ensure_schema(settings.database_url)
+    w = Worker(
+        settings.database_url,
+        work_dir=settings.work_dir,
+        poll_s=settings.worker_poll_s,
+        heartbeat_s=settings.worker_heartbeat_s,
+        stale_after_s=settings.worker_stale_after_s,
+    )
+    print(f"spectune: worker {w.worker_id} on {settings.database_url}", file=sys.stderr)
+    if args.once:
+        job = w.run_once()
+        print("no queued job" if job is None else f"ran job {job}", file=sys.stderr)
+        return EXIT_OK
+    try:
+        w.run_forever()
+    except KeyboardInterrupt:
+        w.stop()  # the job in flight goes back to the queue
+        _err("interrupted; the running job (if any) is back in the queue")
+        return 130
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="spectune",
@@ -393,6 +476,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["upgrade"])
     p.add_argument("--db", help=db_help)
     p.set_defaults(fn=cmd_db)
+
+    p = sub.add_parser("serve", help="REST API + web UI + an embedded worker")
+    p.add_argument("--host", help="bind address (default 127.0.0.1; $SPECTUNE_HOST)")
+    p.add_argument("--port", type=int, help="port (default 8000; $SPECTUNE_PORT)")
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--work-dir", help="engine logs and caches (default .spectune)")
+    p.add_argument("--no-worker", action="store_true", help="run workers separately")
+    p.add_argument(
+        "--allow-unauthenticated-remote",
+        action="store_true",
+        help="serve a non-loopback address without tokens (trusted networks only)",
+    )
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("worker", help="run queued jobs (one at a time) without the API")
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--work-dir", help="engine logs and caches (default .spectune)")
+    p.add_argument("--once", action="store_true", help="run one queued job, then exit")
+    p.set_defaults(fn=cmd_worker)
     return ap
 
 
