@@ -1,0 +1,207 @@
+"""The web UI in a real browser (Debian chromium via Playwright) against a live server.
+
+The server is the real app under uvicorn on a free loopback port, with its embedded worker;
+only the engine is the FAKE OpenAI server (a test-only constructor argument), so the job runs
+in seconds. The chart's numbers here measure nothing real.
+
+Set SPECTUNE_UPDATE_SCREENSHOT=1 to refresh docs/job-page.png from this run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_api import FAKE_LAUNCHER, make_settings
+from tuner.api import create_app
+
+CHROMIUM = "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parents[1]
+
+pw = pytest.importorskip("playwright.sync_api", reason="pip install '.[ui]' (make test does)")
+if not Path(CHROMIUM).exists():
+    pytest.skip(
+        "Debian chromium is not installed (make test installs it)", allow_module_level=True
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def live(tmp_path):
+    import uvicorn
+
+    settings = make_settings(tmp_path, port=_free_port())
+    app = create_app(settings, launcher=FAKE_LAUNCHER)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning")
+    )
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{settings.port}"
+    server.should_exit = True
+    t.join(timeout=30)
+
+
+@pytest.fixture
+def page(live):
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+        ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=live)
+        pg = ctx.new_page()
+        pg.set_default_timeout(20_000)
+        pg.console_errors = []  # type: ignore[attr-defined]
+        pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
+        pg.on("pageerror", lambda e: pg.console_errors.append(f"page error: {e}"))
+        pg.base = live  # type: ignore[attr-defined]
+        yield pg
+        browser.close()
+
+
+def _feasible_count(page) -> int:
+    return page.locator(".pt.sel[data-feasible=true]").count()
+
+
+def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
+    base = page.base
+    page.goto(base + "/")
+    page.wait_for_selector("#preset option[value=fake-small]", state="attached")
+
+    # Inline validation names the bad field (the 422 it answers is expected in the console).
+    page.check("input[name=src][value=yaml]")
+    yaml_box = page.locator("#yaml")
+    assert "fake-engine-test" in yaml_box.input_value()  # prefilled from the preset
+    yaml_box.fill(yaml_box.input_value() + "bogus_field: 1\n")
+    page.wait_for_selector("[data-testid=form-errors] li:has-text('bogus_field')")
+    expected_422 = [e for e in page.console_errors if "422" in e]
+    page.console_errors[:] = [e for e in page.console_errors if "422" not in e]
+    assert expected_422, "the inline validation should have asked the server"
+
+    page.check("input[name=src][value=preset]")
+    page.fill("#trials", "4")
+    page.click("#submit")
+    page.wait_for_url("**/#/jobs/1")
+    page.wait_for_selector("[data-testid=job-state]:has-text('succeeded')", timeout=90_000)
+    assert "4 / 4 trials" in page.inner_text("[data-testid=progress-text]")
+
+    # The chart has a point per (configuration, concurrency); all feasible at the preset's SLO.
+    rep = page.evaluate("fetch('/api/jobs/1/pareto').then(r => r.json())")
+    n_all = len(rep["points"])
+    n_sel = sum(p["concurrency"] == rep["concurrency"] for p in rep["points"])
+    assert n_all >= 4 and n_sel >= 2
+    page.wait_for_function(
+        "n => document.querySelectorAll('[data-testid=pareto-point]').length === n", arg=n_all
+    )
+    assert page.locator(".pt.sel").count() == n_sel
+    assert page.locator(".pt.sel.other").count() == 0
+    assert _feasible_count(page) == n_sel
+    assert page.locator("rect[data-testid=pareto-point]").count() >= 1  # the baseline
+    assert page.locator(".winner-ring").count() == 1
+
+    # Typing an SLO between the fastest and slowest point splits them.
+    tpots = sorted(p["p99_tpot_ms"] for p in rep["points"] if p["concurrency"] == 2)
+    mid = (tpots[0] + tpots[-1]) / 2
+    page.fill("#slo-tpot", f"{mid:.4f}")
+    page.wait_for_function(
+        "n => document.querySelectorAll('.pt.sel[data-feasible=true]').length < n", arg=n_sel
+    )
+    assert 0 < _feasible_count(page) < n_sel
+
+    # Dragging the SLO line to the far left makes everything infeasible, and back again.
+    hit = page.locator(".slo-hit").bounding_box()
+    plot = page.locator("[data-testid=pareto-chart]").bounding_box()
+    y = hit["y"] + hit["height"] / 2
+    page.mouse.move(hit["x"] + hit["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + 60, y, steps=8)
+    page.mouse.up()
+    page.wait_for_function("() => !document.querySelector('.pt.sel[data-feasible=true]')")
+    assert "nothing is feasible" in page.inner_text("[data-testid=pareto-summary]")
+    assert float(page.input_value("#slo-tpot")) < tpots[0]
+    page.wait_for_selector("pre.export[data-format=vllm-json]:has-text('nothing feasible')")
+    hit = page.locator(".slo-hit").bounding_box()
+    page.mouse.move(hit["x"] + hit["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + plot["width"] - 30, y, steps=8)
+    page.mouse.up()
+    page.wait_for_function(
+        "n => document.querySelectorAll('.pt.sel[data-feasible=true]').length === n", arg=n_sel
+    )
+
+    # Hovering a point shows its configuration.
+    page.hover("circle.pt.sel")
+    assert "trial" in page.inner_text(".tip") and "tok/s" in page.inner_text(".tip")
+
+    # Copy the winning --speculative-config: valid JSON, the same as the API's export.
+    button = page.locator("button.copy[data-format=vllm-json]")
+    button.wait_for()
+    page.wait_for_function(
+        "() => !document.querySelector('button.copy[data-format=vllm-json]').disabled"
+    )
+    button.click()
+    page.wait_for_selector("button.copy[data-format=vllm-json]:has-text('Copied')")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    want = page.evaluate(
+        "fetch('/api/jobs/1/export?format=vllm-json').then(r => r.json()).then(j => j.text)"
+    )
+    assert copied == want
+    spec = json.loads(copied)
+    assert spec is None or spec["method"] in ("ngram", "draft_model")
+    assert "not supported yet" in page.inner_text("pre.export[data-format=sglang]")
+
+    # The trials table sorts by a column.
+    page.click("[data-testid=trials-table] th:has-text('tok/s')")
+    vals = [
+        float(v)
+        for v in page.locator(
+            "[data-testid=trials-table] tbody tr td:nth-child(4)"
+        ).all_inner_texts()
+        if v != "–"
+    ]
+    assert vals == sorted(vals) and len(vals) >= 2
+
+    # Screenshot of the job page with an SLO that splits the points.
+    page.fill("#slo-tpot", f"{mid:.4f}")
+    page.wait_for_function(
+        "n => document.querySelectorAll('.pt.sel[data-feasible=true]').length < n", arg=n_sel
+    )
+    shot = tmp_path / "job-page.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("SPECTUNE_UPDATE_SCREENSHOT") == "1":
+        shutil.copy(shot, REPO / "docs" / "job-page.png")
+
+    # The trial page: per-position acceptance and latency distributions.
+    spec_trial = next(p["trial_number"] for p in rep["points"] if p["method"] != "none")
+    page.click(f"[data-testid=trials-table] a[href='#/jobs/1/trials/{spec_trial}']")
+    page.wait_for_selector("h3:has-text('Per-position acceptance')")
+    assert page.locator("text=draft position 1").count() >= 1
+    assert page.locator("h3:has-text('Latency distribution')").count() == 2  # two levels
+
+    assert page.console_errors == []
+
+
+def test_unknown_job_page_and_token_prompt(page):
+    page.goto(page.base + "/#/jobs/42")
+    page.wait_for_selector("text=Job 42 not found.")
+    errors = [e for e in page.console_errors if "404" not in e]
+    assert errors == []
