@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -505,6 +507,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     from tuner.storage import StorageError
 
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the engine in flight is torn
+    # down by its context manager instead of being orphaned.
+    def _term(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _term)
     try:
         return args.fn(args)
     except StorageError as e:
