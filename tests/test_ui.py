@@ -148,7 +148,7 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     )
 
     # Hovering a point shows its configuration.
-    page.hover("circle.pt.sel")
+    page.locator("[data-testid=pareto-point]").last.hover()  # drawn last: nothing covers it
     assert "trial" in page.inner_text(".tip") and "tok/s" in page.inner_text(".tip")
 
     # Copy the winning --speculative-config: valid JSON, the same as the API's export.

@@ -91,15 +91,18 @@ async function jobsPage(gen) {
   function showErrors(lines) {
     errors.replaceChildren(...lines.map((l) => h("li", { text: l })));
   }
-  let vTimer = 0;
+  let vTimer = 0, vSeq = 0;
   function validateSoon() {
     clearTimeout(vTimer);
     vTimer = setTimeout(async () => {
+      const mine = ++vSeq; // answers can arrive out of order: only the latest counts
       try {
         const v = await api("/api/search-spaces/validate", { method: "POST", body: body() });
+        if (mine !== vSeq) return;
         showErrors([]);
         submit.textContent = `Start tuning job (${v.n_trials} trials)`;
       } catch (err) {
+        if (mine !== vSeq) return;
         if (err instanceof ApiError && err.status === 422) showErrors(fieldErrors(err));
         else handle(err);
       }
