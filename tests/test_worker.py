@@ -180,3 +180,25 @@ def test_stopping_a_worker_puts_its_job_back_in_the_queue(slow):
         job = sess.get(JobModel, job_id)
         assert job.state == "queued" and job.claimed_by is None and job.error is None
     assert request_cancel(s.database_url, job_id).state == "cancelled"  # still cancellable
+
+
+def test_service_migration_upgrades_and_downgrades(tmp_path):
+    from alembic import command
+    from sqlalchemy import inspect
+
+    from tuner.storage import current_revision, get_engine, upgrade
+    from tuner.storage._db import _alembic_config
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade(url, "v0.1.0.a")
+    service_cols = {"for_worker", "idempotency_key", "claimed_by", "heartbeat_at"}
+
+    def cols() -> set[str]:
+        get_engine(url).dispose()
+        return {c["name"] for c in inspect(get_engine(url)).get_columns("spectune_jobs")}
+
+    assert not service_cols & cols()
+    upgrade(url)
+    assert current_revision(url) == "v0.2.0.a" and service_cols <= cols()
+    command.downgrade(_alembic_config(url), "v0.1.0.a")
+    assert current_revision(url) == "v0.1.0.a" and not service_cols & cols()
