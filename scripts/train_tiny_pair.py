@@ -232,7 +232,7 @@ def make_workload(held_texts: list[tuple[str, str]], tok, out: Path, n: int, see
         ntok = len(tok.encode(prompt).ids)
         if ntok < 64 or not prompt.strip():
             continue
-        rows.append({"prompt": prompt, "max_tokens": 96, "source": name})
+        rows.append({"prompt": prompt, "source": name})
         if len(rows) >= n:
             break
     out.parent.mkdir(parents=True, exist_ok=True)

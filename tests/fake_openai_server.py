@@ -10,6 +10,10 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-drop-after N     close the stream after N chunks (simulates a crash mid-request)
   --fake-http-error CODE  answer every completion with this HTTP status
   --fake-exit-on-start    exit 1 at once, printing a vLLM-like OOM message
+  --fake-lossy            with speculation, greedy token ids differ from the baseline's
+
+Non-streamed requests answer with ``token_ids`` (``return_token_ids``): a deterministic
+function of the prompt, so a baseline and a speculative fake agree unless --fake-lossy.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--fake-drop-after", type=int, default=0)
     ap.add_argument("--fake-http-error", type=int, default=0)
     ap.add_argument("--fake-exit-on-start", action="store_true")
+    ap.add_argument("--fake-lossy", action="store_true")
     args, _unknown = ap.parse_known_args(argv)
     return args
 
@@ -49,6 +54,7 @@ class FakeEngine:
         self.accepted = 0
         self.per_pos = [0] * self.k
         self.rng = random.Random(0)
+        self.resets = 0
 
     def step(self) -> int:
         """One engine step: returns tokens committed (1 + accepted drafts)."""
@@ -67,6 +73,10 @@ class FakeEngine:
         return 1 + n
 
     async def health(self, _req: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def reset_prefix_cache(self, _req: web.Request) -> web.Response:
+        self.resets += 1
         return web.Response(text="")
 
     async def metrics(self, _req: web.Request) -> web.Response:
@@ -104,6 +114,14 @@ class FakeEngine:
         if self.args.fake_http_error:
             return web.json_response({"error": "fake failure"}, status=self.args.fake_http_error)
         max_tokens = int(body.get("max_tokens", 16))
+        if not body.get("stream"):
+            seed = sum(body["prompt"].encode()) % 1000
+            ids = [(seed + i) % 4096 for i in range(max_tokens)]
+            if self.spec and self.args.fake_lossy:
+                ids = [(t + 1) % 4096 if i >= max_tokens // 2 else t for i, t in enumerate(ids)]
+            choice = {"index": 0, "text": " tok" * max_tokens, "token_ids": ids}
+            usage = {"prompt_tokens": 10, "completion_tokens": max_tokens}
+            return web.json_response({"choices": [choice], "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(req)
         produced = chunks = 0
@@ -139,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     app = web.Application()
     app.router.add_get("/health", eng.health)
     app.router.add_get("/metrics", eng.metrics)
+    app.router.add_post("/reset_prefix_cache", eng.reset_prefix_cache)
     app.router.add_post("/v1/completions", eng.completions)
     print(f"fake engine on {args.host}:{args.port}", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None)

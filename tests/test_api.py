@@ -34,6 +34,7 @@ max_num_seqs: [4]
 concurrency: [1, 2]
 workload: {num_prompts: 4, max_tokens: 12, warmup_requests: 1}
 slo: {p99_tpot_ms: 1000}
+measurement: {repeats: 2, max_relative_mad: 10, confirm_top: 0}
 trials: 4
 seed: 3
 """

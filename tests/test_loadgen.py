@@ -100,3 +100,19 @@ def test_builtin_workload_is_shipped():
     prompts = read_jsonl(builtin_path("code_completion"))
     assert len(prompts) >= 20
     assert all(p.prompt.strip() for p in prompts)
+
+
+def test_open_loop_poisson_arrivals(tmp_path):
+    with _fake(tmp_path) as srv:
+        m = _measure(srv, request_rate=40.0, concurrency=8, num_requests=10)
+    assert m.num_ok == 10 and m.request_rate_per_s == 40.0
+    assert len(m.ttft_ms_values) == 10 and len(m.e2e_ms_values) == 10
+
+
+def test_greedy_token_ids_and_prefix_reset(tmp_path):
+    from tuner.loadgen import greedy_token_ids, reset_prefix_cache
+
+    with _fake(tmp_path) as srv:
+        ids = asyncio.run(greedy_token_ids(srv.base_url, "fake", ["a", "b"], 5))
+        assert asyncio.run(reset_prefix_cache(srv.base_url)) is True
+    assert [len(x) for x in ids] == [5, 5] and ids[0] != ids[1]

@@ -53,3 +53,37 @@ def test_session_scope_rolls_back_and_wraps_db_errors(db_url):
             s.flush()
     with session_scope(db_url) as s:
         assert s.query(JobModel).count() == 0  # nothing stored half-way
+
+
+def test_real_v0_2_0_a_database_upgrades_and_keeps_its_results(tmp_path):
+    """tests/assets/v0.2.0.a.db is the database of a real `make demo` run (10 trials on vLLM
+    CPU) written by schema v0.2.0.a. Upgrading it must keep every result readable."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from tuner import cli
+    from tuner.pareto import job_report
+    from tuner.storage import upgrade
+    from tuner.study import trial_records
+
+    src = Path(__file__).parent / "assets" / "v0.2.0.a.db"
+    db = tmp_path / "old.db"
+    shutil.copy(src, db)
+    url = f"sqlite:///{db}"
+    assert current_revision(url) == "v0.2.0.a"
+    with pytest.raises(SchemaOutOfDate, match="spectune db upgrade"):
+        ensure_schema(url)
+    upgrade(url)
+    assert current_revision(url) == head_revision()
+    recs = trial_records(url, 1)
+    assert len(recs) == 10 and recs[0]["method"] == "none"
+    assert all(r["state"] == "complete" for r in recs)
+    assert recs[1]["acceptance_rate"] > 0 and recs[1]["lossless_match_rate"] is None
+    rep = job_report(url, 1)
+    assert rep.baseline is not None and rep.winner is not None
+    assert rep.verdicts  # the round-cost verdict works on numbers stored before it existed
+    assert cli.main(["export", "1", "--format", "vllm-json", "--db", url]) == 0
+    optuna_study = optuna.load_study(study_name="spectune-job-1", storage=url)
+    assert len(optuna_study.trials) == 10
+    json.dumps(recs)  # still serialisable for `spectune trials --json`

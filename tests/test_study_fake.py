@@ -36,6 +36,7 @@ max_num_seqs: [4]
 concurrency: [1, 2]
 workload: {{num_prompts: 4, max_tokens: 12, warmup_requests: 1}}
 slo: {{p99_tpot_ms: {slo}}}
+measurement: {{confirm_top: {confirm}}}
 trials: {trials}
 seed: 3
 """
@@ -49,8 +50,25 @@ def space_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _space(d: Path, drafts="good_draft", slo=1000, trials=8):
-    return loads_space(SPACE.format(drafts=drafts, slo=slo, trials=trials), base_dir=d)
+def _space(d: Path, drafts="good_draft", slo=1000, trials=8, confirm=2):
+    text = SPACE.format(drafts=drafts, slo=slo, trials=trials, confirm=confirm)
+    return loads_space(text, base_dir=d)
+
+
+def test_front_is_optunas_feasible_front(space_dir, db_url, fake_launcher):
+    """Before confirmation re-measures anything, our front (re-evaluable for any SLO) is the
+    one Optuna's best_trials gives, less repeats of an already measured configuration."""
+    job_id = create_job(db_url, _space(space_dir, trials=6, confirm=0))
+    run_job(db_url, job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    with session_scope(db_url) as s:
+        reused = {
+            r.number
+            for r in s.query(TrialModel).filter_by(job_id=job_id)
+            if r.reused_from is not None
+        }
+    front = {p.trial_number for p in job_report(db_url, job_id).front}
+    assert front and front == {t.number for t in study.best_trials} - reused
 
 
 def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsys):
@@ -60,7 +78,11 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
     run_job(
         db_url, job_id, work_dir=space_dir / "work", on_trial=events.append, launcher=fake_launcher
     )
-    assert len(events) == 8
+    trial_events = [e for e in events if e.state != "confirmed"]
+    confirmed = [e for e in events if e.state == "confirmed"]
+    assert len(trial_events) == 8
+    # the best front configurations (2 by default) and the baseline are measured again
+    assert 2 <= len(confirmed) <= 3 and confirmed[-1].method == "none"
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     assert len(study.trials) == 8
     assert study.trials[0].params["method"] == "none"  # the baseline is enqueued first
@@ -69,21 +91,24 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
         assert job.state == "succeeded"
         rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
         launched = [r for r in rows if r.reused_from is None and r.state == "complete"]
-        # one launch per distinct engine configuration, never twice
+        # one launch per distinct engine configuration, never twice; confirmations apart
         assert job.engine_launches == len({r.engine_key for r in launched})
+        assert job.confirm_launches == len(confirmed)
+        done = {e.number for e in confirmed}
+        for r in rows:
+            for m in r.measurements:
+                assert m.metrics.get("confirmed", False) == (r.number in done)
+                assert (
+                    m.metrics["repeats"] == 3
+                    and "ci95_low" in m.metrics["stats"]["output_tok_per_s"]
+                )
+                if r.number in done:
+                    assert "output_tok_per_s" in m.metrics["search"]
         assert all(len(r.measurements) == 2 for r in rows if r.state == "complete")
         assert all(r.log_path and Path(r.log_path).exists() for r in launched)
 
     rep = job_report(db_url, job_id)
     assert rep.baseline is not None and rep.winner is not None
-    with session_scope(db_url) as s:
-        reused = {
-            r.number
-            for r in s.query(TrialModel).filter_by(job_id=job_id)
-            if r.reused_from is not None
-        }
-    # Our front (re-evaluable for any SLO) is Optuna's feasible front, less re-used repeats.
-    assert {p.trial_number for p in rep.front} == {t.number for t in study.best_trials} - reused
 
     assert cli.main(["trials", str(job_id), "--json", "--db", db_url]) == 0
     recs = json.loads(capsys.readouterr().out)
@@ -198,7 +223,7 @@ def test_cancel_stops_the_running_engine(space_dir, db_url, fake_launcher):
     from tuner.study import JobControl
 
     control = JobControl()
-    text = SPACE.format(drafts="good_draft", slo=1000, trials=3).replace(
+    text = SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=2).replace(
         "max_tokens: 12", "max_tokens: 400"
     )
     space = loads_space(text, base_dir=space_dir)
@@ -239,3 +264,21 @@ def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launc
         assert s.get(JobModel, job_id).state == "succeeded"
         r0 = s.query(TrialModel).filter_by(job_id=job_id, number=0).one()
         assert r0.state == "fail" and r0.fail_reason == "interrupted"
+
+
+def test_lossless_guard_flags_configs_whose_greedy_output_drifts(space_dir, db_url, fake_launcher):
+    text = SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=0).replace(
+        "startup_timeout_s: 30}", "startup_timeout_s: 30, extra_args: [--fake-lossy]}"
+    )
+    job_id = create_job(db_url, loads_space(text, base_dir=space_dir))
+    run_job(db_url, job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    with session_scope(db_url) as s:
+        rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
+        base, spec = rows[0], [r for r in rows if r.method != "none" and r.state == "complete"]
+        assert base.greedy_token_ids and base.lossless_match_rate is None  # the reference
+        assert spec and all(r.lossless_match_rate == 0.5 for r in spec)
+    rep = job_report(db_url, job_id)
+    flagged = [p for p in rep.points if p.method != "none"]
+    assert flagged and all(not p.feasible and "greedy match 50%" in p.violations[-1]
+                           for p in flagged)  # fmt: skip
+    assert rep.winner is not None and rep.winner.method == "none"

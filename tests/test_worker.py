@@ -198,7 +198,7 @@ def test_service_migration_upgrades_and_downgrades(tmp_path):
         return {c["name"] for c in inspect(get_engine(url)).get_columns("spectune_jobs")}
 
     assert not service_cols & cols()
-    upgrade(url)
+    upgrade(url, "v0.2.0.a")
     assert current_revision(url) == "v0.2.0.a" and service_cols <= cols()
     command.downgrade(_alembic_config(url), "v0.1.0.a")
     assert current_revision(url) == "v0.1.0.a" and not service_cols & cols()

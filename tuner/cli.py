@@ -84,6 +84,17 @@ class _Progress:
         )
 
 
+def _ci(m: dict[str, Any], name: str, spec: str) -> str:
+    """Median with its 95 % interval over repeats: ``123.4 [118.0-128.9]``."""
+    v = m.get(name)
+    if v is None:
+        return "-"
+    st = (m.get("stats") or {}).get(name)
+    if not st or st.get("n", 1) < 2:
+        return format(v, spec)
+    return f"{format(v, spec)} [{format(st['ci95_low'], spec)}-{format(st['ci95_high'], spec)}]"
+
+
 def _report_text(rep) -> str:  # noqa: ANN001
     from tuner.export import export_point
 
@@ -91,19 +102,10 @@ def _report_text(rep) -> str:  # noqa: ANN001
         f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
         f"SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
-        + ")"
+        + "; medians of repeats, [95% interval])"
     ]
-    header = [
-        "trial",
-        "configuration",
-        "tok/s",
-        "p99 TPOT ms",
-        "p99 TTFT ms",
-        "accept",
-        "mean acc len",
-        "speedup",
-        "feasible",
-    ]
+    header = ["trial", "configuration", "tok/s", "p99 TPOT ms", "p99 TTFT ms", "accept",
+              "mean acc len", "speedup", "greedy match", "KV tokens", "feasible"]  # fmt: skip
     rows = []
     shown = list(rep.front)
     if rep.baseline is not None and rep.baseline not in shown:
@@ -113,19 +115,27 @@ def _report_text(rep) -> str:  # noqa: ANN001
         sp = rep.speedup(p)
         rows.append(
             [
-                str(p.trial_number) + ("*" if p is rep.winner else ""),
+                str(p.trial_number) + ("*" if p is rep.winner else "")
+                + ("c" if m.get("confirmed") else ""),
                 _params_text(p.params) + f" seqs={p.params['max_num_seqs']}",
-                _fmt(m["output_tok_per_s"]),
-                _fmt(m["p99_tpot_ms"], ".2f"),
-                _fmt(m["p99_ttft_ms"], ".1f"),
+                _ci(m, "output_tok_per_s", ".1f"),
+                _ci(m, "p99_tpot_ms", ".2f"),
+                _fmt(m.get("p99_ttft_ms"), ".1f"),
                 "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
                 _fmt(m.get("mean_acceptance_length"), ".2f"),
                 "-" if sp is None else f"{sp:.2f}x",
+                "ref" if p.method == "none" else (
+                    "-" if p.lossless_match_rate is None else f"{p.lossless_match_rate:.0%}"),
+                _fmt(p.kv_cache_tokens),
                 "yes" if p.feasible else "no: " + "; ".join(p.violations),
             ]
-        )
+        )  # fmt: skip
     lines.append(_table(rows, header))
-    lines.append("(* winner; the baseline row is the same target without speculation)")
+    lines.append(
+        "(* winner; c: confirmed by a second launch; the baseline row is the same target "
+        "without speculation)"
+    )
+    lines += ["", _levels_text(rep)]
     if rep.winner is None:
         lines.append("No configuration is feasible under the SLO: nothing to export.")
         return "\n".join(lines)
@@ -135,6 +145,51 @@ def _report_text(rep) -> str:  # noqa: ANN001
     lines.append("Winner command line:")
     lines.append(export_point(rep.winner, "vllm-cli"))
     return "\n".join(lines)
+
+
+def _levels_text(rep) -> str:  # noqa: ANN001
+    """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
+    levels = sorted(rep.baseline_by_conc)
+    out = [
+        f"Round-cost verdict per concurrency (workload {rep.workload}): mean time per output "
+        "token against the baseline's at the same level"
+    ]
+    if not levels:
+        return out[0] + "\n  (no baseline measured: no verdict)"
+    header = ["trial", "configuration"] + [f"c={c}" for c in levels] + ["stops paying at"]
+    base = rep.baseline_by_conc
+    rows = [
+        ["base", "baseline (no speculation)"]
+        + [f"{_fmt(base[c].get('mean_tpot_ms'), '.2f')} ms/tok" for c in levels]
+        + ["-"]
+    ]
+    names = {p.trial_number: p for p in rep.points}
+    for number, vs in sorted(rep.verdicts.items()):
+        p = names.get(number)
+        by_c = {v.concurrency: v for v in vs}
+        cells = []
+        for c in levels:
+            v = by_c.get(c)
+            cells.append(
+                "-"
+                if v is None
+                else f"{v.spec_ms_per_token:.2f} ms/tok {'+' if v.pays_off else '-'}"
+                f"{abs(v.margin_pct):.0f}%"
+            )
+        cross = rep.crossover.get(number)
+        first = vs[0].pays_off if vs else False
+        where = (
+            "never pays"
+            if vs and not first and cross == vs[0].concurrency
+            else "-"
+            if cross is None
+            else f"concurrency {cross}"
+        )
+        label = _params_text(p.params) if p is not None else f"trial {number}"
+        rows.append([str(number), label, *cells, where])
+    out.append(_table(rows, header))
+    out.append("(+N%: pays off by N%, -N%: does not pay by N%)")
+    return "\n".join(out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -160,7 +215,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.pareto import job_report
 
     rep = job_report(url, job_id)
-    print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s\n")
+    from tuner.storage import JobModel, session_scope
+
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        assert job is not None
+        launches = (f"{job.engine_launches} engine launches for the search, "
+                    f"{job.confirm_launches} to confirm; {job.engine_startup_s:.0f} s starting "
+                    "engines")  # fmt: skip
+    print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})\n")
     print(_report_text(rep))
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
@@ -208,64 +271,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def trial_records(url: str, job_id: int) -> list[dict[str, Any]]:
-    """Each trial with Optuna's state, SpecTune's details and its metrics (units in names)."""
-    import optuna
-    from sqlalchemy import select
-
-    from tuner.storage import JobModel, TrialModel, session_scope
-    from tuner.study import JobNotFound, space_of_job, study_name_for
-
-    with session_scope(url) as s:
-        job = s.get(JobModel, job_id)
-        if job is None:
-            raise JobNotFound(f"job {job_id} not found")
-        primary = space_of_job(job).primary_concurrency
-        rows = {
-            r.number: r for r in s.scalars(select(TrialModel).where(TrialModel.job_id == job_id))
-        }
-        details = {
-            n: {
-                "params": r.params,
-                "method": r.method,
-                "fail_reason": r.fail_reason,
-                "fail_detail": r.fail_detail,
-                "log_path": r.log_path,
-                "startup_s": r.startup_s,
-                "reused_from": r.reused_from,
-                "measurements": [m.metrics for m in r.measurements],
-            }
-            for n, r in rows.items()
-        }
-    study = optuna.load_study(study_name=study_name_for(job_id), storage=url)
-    out = []
-    for t in study.get_trials(deepcopy=False):
-        d = details.get(t.number, {})
-        rec: dict[str, Any] = {
-            "number": t.number,
-            "state": t.state.name.lower(),
-            "method": d.get("method") or t.params.get("method"),
-            "params": d.get("params") or dict(t.params),
-            "fail_reason": d.get("fail_reason"),
-            "fail_detail": d.get("fail_detail"),
-            "log_path": d.get("log_path"),
-            "startup_s": d.get("startup_s"),
-            "reused_from": d.get("reused_from"),
-            "constraints": dict(t.constraints),
-            "concurrency": primary,
-        }
-        ms = d.get("measurements") or []
-        prim = next((m for m in ms if m["concurrency"] == primary), None)
-        if prim is not None:
-            rec.update({k: v for k, v in prim.items() if k not in ("workload", "concurrency")})
-        rec["measurements"] = ms
-        out.append(rec)
-    return out
-
-
 def cmd_trials(args: argparse.Namespace) -> int:
     from tuner.storage import database_url, ensure_schema
-    from tuner.study import JobNotFound
+    from tuner.study import JobNotFound, trial_records
 
     url = database_url(args.db)
     ensure_schema(url)

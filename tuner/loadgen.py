@@ -1,6 +1,8 @@
 """Async streaming load generator for an OpenAI-compatible ``/v1/completions`` endpoint.
 
-Closed loop: ``concurrency`` workers each keep one request in flight. Every request is greedy
+Closed loop: ``concurrency`` workers each keep one request in flight. Open loop: requests
+arrive as a Poisson process at ``request_rate`` per second (seeded), whether or not earlier
+ones have finished, capped at ``concurrency`` in flight. Every request is greedy
 (temperature 0) with ``ignore_eos`` so each produces exactly ``max_tokens``: measurements of
 different configurations then cover the same work. Token counts come from the server's
 ``usage`` (a streamed chunk can carry several tokens under speculation).
@@ -10,16 +12,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
-from tuner.metrics import Measurement, RequestResult, parse_spec_counters, spec_delta, summarize
+from tuner.metrics import (
+    Measurement,
+    RequestResult,
+    parse_queue_time,
+    parse_spec_counters,
+    queue_delta,
+    spec_delta,
+    summarize,
+)
 from tuner.workloads import Prompt
 
-__all__ = ["LoadError", "fetch_metrics_text", "measure", "run_requests", "stream_completion"]
+__all__ = [
+    "LoadError",
+    "fetch_metrics_text",
+    "greedy_token_ids",
+    "measure",
+    "reset_prefix_cache",
+    "run_requests",
+    "stream_completion",
+]
 
 
 class LoadError(RuntimeError):
@@ -112,25 +131,83 @@ async def run_requests(
     reqs: Sequence[_Req],
     concurrency: int,
     timeout_s: float,
+    *,
+    request_rate: float | None = None,
+    seed: int = 0,
 ) -> tuple[list[RequestResult], float]:
-    """Closed loop over ``reqs``; returns results in request order and the wall time."""
+    """Send ``reqs``; returns results in request order and the wall time.
+
+    Closed loop when ``request_rate`` is None, else Poisson arrivals at that rate.
+    """
     url = base_url.rstrip("/") + "/v1/completions"
     results: list[RequestResult | None] = [None] * len(reqs)
-    nxt = 0
     conn = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     async with aiohttp.ClientSession(connector=conn) as session:
-
-        async def worker() -> None:
-            nonlocal nxt
-            while nxt < len(reqs):
-                i = nxt
-                nxt += 1
-                results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
-
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(reqs)))))
+        if request_rate is None:
+            nxt = 0
+
+            async def worker() -> None:
+                nonlocal nxt
+                while nxt < len(reqs):
+                    i = nxt
+                    nxt += 1
+                    results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
+
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(reqs)))))
+        else:
+            rng = random.Random(seed)
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(i: int) -> None:
+                async with gate:
+                    results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
+
+            tasks = []
+            for i in range(len(reqs)):
+                tasks.append(asyncio.create_task(one(i)))
+                await asyncio.sleep(rng.expovariate(request_rate))
+            await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
     return [r for r in results if r is not None], wall
+
+
+async def reset_prefix_cache(base_url: str) -> bool:
+    """Empty the engine's prefix cache so one level's prompts do not warm the next's.
+    vLLM serves this only in dev mode; False when the engine does not offer it."""
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(
+                base_url.rstrip("/") + "/reset_prefix_cache",
+                timeout=aiohttp.ClientTimeout(total=30),
+            ) as r:
+                return r.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def greedy_token_ids(
+    base_url: str, model: str, prompts: Sequence[str], max_tokens: int, timeout_s: float = 120
+) -> list[list[int] | None]:
+    """Greedy continuations as token ids (None for a request that failed)."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    out: list[list[int] | None] = []
+    async with aiohttp.ClientSession() as s:
+        for p in prompts:
+            body = {"model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
+                    "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+            try:
+                async with s.post(
+                    url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                ) as r:
+                    if r.status != 200:
+                        out.append(None)
+                        continue
+                    ids = (await r.json())["choices"][0].get("token_ids")
+                    out.append([int(t) for t in ids] if ids is not None else None)
+            except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+                out.append(None)
+    return out
 
 
 async def fetch_metrics_text(base_url: str) -> str:
@@ -167,15 +244,21 @@ async def measure(
     warmup_requests: int = 2,
     timeout_s: float = 120.0,
     slo: dict[str, float] | None = None,
+    request_rate: float | None = None,
+    seed: int = 0,
 ) -> Measurement:
-    """Warm up, then one measured window at fixed concurrency, with acceptance deltas."""
+    """Warm up, then one measured window, with acceptance and queue-time deltas."""
     if warmup_requests:
         warm = _expand(prompts, warmup_requests, max_tokens)
         await run_requests(base_url, model, warm, min(concurrency, len(warm)), timeout_s)
     reqs = _expand(prompts, num_requests, max_tokens)
-    before = parse_spec_counters(await fetch_metrics_text(base_url))
-    results, wall = await run_requests(base_url, model, reqs, concurrency, timeout_s)
-    after = parse_spec_counters(await fetch_metrics_text(base_url))
+    text = await fetch_metrics_text(base_url)
+    before, q0 = parse_spec_counters(text), parse_queue_time(text)
+    results, wall = await run_requests(
+        base_url, model, reqs, concurrency, timeout_s, request_rate=request_rate, seed=seed
+    )
+    text = await fetch_metrics_text(base_url)
+    after, q1 = parse_spec_counters(text), parse_queue_time(text)
     return summarize(
         results,
         duration_s=wall,
@@ -183,4 +266,6 @@ async def measure(
         concurrency=concurrency,
         slo=slo,
         spec=spec_delta(before, after),
+        mean_queue_ms=queue_delta(q0, q1),
+        request_rate_per_s=request_rate,
     )

@@ -18,7 +18,9 @@ __all__ = [
     "RequestResult",
     "SpecCounters",
     "SpecStats",
+    "parse_queue_time",
     "parse_spec_counters",
+    "queue_delta",
     "spec_delta",
     "summarize",
 ]
@@ -94,6 +96,34 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
 
 
+def parse_queue_time(text: str) -> tuple[float, float] | None:
+    """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = count = 0.0
+    seen = False
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "vllm:request_queue_time_seconds":
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_sum"):
+                total += s.value
+                seen = True
+            elif s.name.endswith("_count"):
+                count += s.value
+    return (total, count) if seen else None
+
+
+def queue_delta(
+    before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> float | None:
+    """Mean time requests waited in the engine's queue over a window, in ms."""
+    if before is None or after is None:
+        return None
+    n = after[1] - before[1]
+    return (after[0] - before[0]) / n * 1000.0 if n > 0 else None
+
+
 def spec_delta(before: SpecCounters, after: SpecCounters) -> SpecStats | None:
     """Acceptance over the window between two scrapes; None when speculation is off."""
     if not after.present:
@@ -151,6 +181,8 @@ class Measurement(BaseModel):
     p50_e2e_ms: float | None
     p90_e2e_ms: float | None
     p99_e2e_ms: float | None
+    mean_queue_ms: float | None = None
+    request_rate_per_s: float | None = None
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     per_position_acceptance: list[float] = []
@@ -158,6 +190,10 @@ class Measurement(BaseModel):
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None
     errors: list[str] = []
+    # Per-request values of the successful requests, so distributions can be drawn later.
+    ttft_ms_values: list[float] = []
+    tpot_ms_values: list[float] = []
+    e2e_ms_values: list[float] = []
 
 
 def _pct(values_s: Sequence[float]) -> dict[str, float | None]:
@@ -186,6 +222,8 @@ def summarize(
     concurrency: int,
     slo: dict[str, float] | None = None,
     spec: SpecStats | None = None,
+    mean_queue_ms: float | None = None,
+    request_rate_per_s: float | None = None,
 ) -> Measurement:
     if duration_s <= 0:
         raise ValueError("duration_s must be positive")
@@ -227,6 +265,11 @@ def summarize(
         requests_per_s=len(ok) / duration_s,
         goodput_req_per_s=good / duration_s,
         errors=errors,
+        mean_queue_ms=mean_queue_ms,
+        request_rate_per_s=request_rate_per_s,
+        ttft_ms_values=[round(r.ttft_s * 1000.0, 3) for r in ok],
+        tpot_ms_values=[round(t * 1000.0, 3) for t in tpots],
+        e2e_ms_values=[round(r.e2e_s * 1000.0, 3) for r in ok],
         **fields,
         **extra,
     )

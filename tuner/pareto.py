@@ -16,7 +16,17 @@ from sqlalchemy import select
 
 from tuner.storage import JobModel, TrialModel, session_scope
 
-__all__ = ["Point", "Report", "feasible", "job_report", "pareto_mask", "select_winner"]
+__all__ = [
+    "Point",
+    "Report",
+    "Verdict",
+    "crossover_concurrency",
+    "feasible",
+    "job_report",
+    "pareto_mask",
+    "select_winner",
+    "verdicts",
+]
 
 
 @dataclass(frozen=True)
@@ -30,14 +40,24 @@ class Point:
     metrics: dict[str, Any]
     feasible: bool
     violations: tuple[str, ...]
+    lossless_match_rate: float | None = None
+    kv_cache_tokens: int | None = None
+    peak_rss_mb: float | None = None
 
     @property
     def concurrency(self) -> int:
         return int(self.metrics["concurrency"])
 
 
-def feasible(metrics: dict[str, Any], slo: dict[str, float]) -> tuple[bool, tuple[str, ...]]:
-    """A point is feasible when it meets every SLO limit and no request failed."""
+def feasible(
+    metrics: dict[str, Any],
+    slo: dict[str, float],
+    *,
+    lossless_match_rate: float | None = None,
+    min_match_rate: float | None = None,
+) -> tuple[bool, tuple[str, ...]]:
+    """A point is feasible when it meets every SLO limit, no request failed, its repeats
+    agree (not noisy), and its greedy outputs match the baseline's well enough."""
     bad = []
     for name, limit in slo.items():
         v = metrics.get(name)
@@ -45,7 +65,62 @@ def feasible(metrics: dict[str, Any], slo: dict[str, float]) -> tuple[bool, tupl
             bad.append(f"{name} {'n/a' if v is None else f'{v:.2f}'} > {limit:g}")
     if metrics.get("num_failed", 0):
         bad.append(f"{metrics['num_failed']} failed requests")
+    if metrics.get("noisy"):
+        bad.append(f"noisy: relative MAD {metrics.get('relative_mad', 0):.0%}")
+    if (
+        lossless_match_rate is not None
+        and min_match_rate is not None
+        and lossless_match_rate < min_match_rate
+    ):
+        bad.append(f"greedy match {lossless_match_rate:.0%} < {min_match_rate:.0%}")
     return (not bad), tuple(bad)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The round-cost rule: speculation pays when its time per committed token (draft +
+    verify + coordination, as the client sees it: mean TPOT) is below the baseline's per-token
+    time at the same concurrency and workload."""
+
+    concurrency: int
+    spec_ms_per_token: float
+    baseline_ms_per_token: float
+
+    @property
+    def pays_off(self) -> bool:
+        return self.spec_ms_per_token < self.baseline_ms_per_token
+
+    @property
+    def margin_pct(self) -> float:
+        """How much faster (+) or slower (-) per token than the baseline, in percent."""
+        return (self.baseline_ms_per_token / self.spec_ms_per_token - 1.0) * 100.0
+
+    def text(self) -> str:
+        word = "pays off" if self.pays_off else "does not pay"
+        return f"{word} by {abs(self.margin_pct):.1f}%"
+
+
+def verdicts(
+    spec_by_conc: dict[int, dict[str, Any]], base_by_conc: dict[int, dict[str, Any]]
+) -> list[Verdict]:
+    out = []
+    for c in sorted(spec_by_conc):
+        s_ms = spec_by_conc[c].get("mean_tpot_ms")
+        b_ms = base_by_conc.get(c, {}).get("mean_tpot_ms")
+        if s_ms and b_ms:
+            out.append(Verdict(c, float(s_ms), float(b_ms)))
+    return out
+
+
+def crossover_concurrency(vs: list[Verdict]) -> int | None:
+    """Lowest measured concurrency from which speculation no longer pays at any higher level
+    measured; None when it pays at every level (or nothing was compared)."""
+    cross = None
+    for v in reversed(vs):
+        if v.pays_off:
+            break
+        cross = v.concurrency
+    return cross
 
 
 def pareto_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
@@ -62,6 +137,11 @@ def pareto_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
         if np.any(le & lt):
             mask[i] = False
     return mask
+
+
+def _score(p: Point, metric: str) -> float:
+    """The noise-aware score the study ranked on, or the plain value for a single run."""
+    return float((p.metrics.get("score") or {}).get(metric, p.metrics[metric]))
 
 
 def select_winner(front: Sequence[Point], objectives: Sequence[tuple[str, str]]) -> Point | None:
@@ -86,6 +166,9 @@ class Report:
     front: list[Point]
     baseline: Point | None
     winner: Point | None
+    verdicts: dict[int, list[Verdict]]
+    crossover: dict[int, int | None]
+    baseline_by_conc: dict[int, dict[str, Any]]
 
     def speedup(self, p: Point) -> float | None:
         if self.baseline is None or not self.baseline.metrics.get("output_tok_per_s"):
@@ -101,7 +184,8 @@ def job_report(
     concurrency: int | None = None,
     slo: dict[str, float] | None = None,
 ) -> Report:
-    """The feasible Pareto front of one job at one workload and concurrency level."""
+    """The feasible Pareto front of one job at one workload and concurrency level, with the
+    round-cost verdict of every speculative configuration at every measured level."""
     from tuner.study import JobNotFound, space_of_job
 
     with session_scope(url) as s:
@@ -119,28 +203,44 @@ def job_report(
             .order_by(TrialModel.number)
         ).all()
         raw = [
-            (r.number, r.method, r.params, r.engine_config, [m.metrics for m in r.measurements])
+            (r.number, r.method, r.params, r.engine_config, [m.metrics for m in r.measurements],
+             r.lossless_match_rate, r.kv_cache_tokens, r.peak_rss_mb)
             for r in rows
-        ]
-    wl = workload or space.workload.name
+        ]  # fmt: skip
+    wl = workload or space.primary_workload
     conc = concurrency or space.primary_concurrency
     limits = space.slo.limits() if slo is None else slo
+    min_match = space.lossless.min_match_rate if space.lossless.enabled else None
     objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
     points = []
-    for number, method, params, ecfg, ms in raw:
+    by_trial: dict[int, dict[int, dict[str, Any]]] = {}
+    for number, method, params, ecfg, ms, rate, kv, rss in raw:
         for m in ms:
-            if m["workload"] == wl and m["concurrency"] == conc:
-                ok, why = feasible(m, limits)
-                points.append(Point(number, method, params, ecfg, m, ok, why))
+            if m["workload"] != wl:
+                continue
+            by_trial.setdefault(number, {})[m["concurrency"]] = m
+            if m["concurrency"] == conc:
+                ok, why = feasible(m, limits, lossless_match_rate=rate, min_match_rate=min_match)
+                points.append(Point(number, method, params, ecfg, m, ok, why, rate, kv, rss))
     feas = [
         p
         for p in points
         if p.feasible and all(p.metrics.get(name) is not None for name, _ in objectives)
     ]
-    vals = np.array([[p.metrics[name] for name, _ in objectives] for p in feas], dtype=float)
+    vals = np.array([[_score(p, name) for name, _ in objectives] for p in feas], dtype=float)
     mask = pareto_mask(vals, [d for _, d in objectives])
     front = [p for p, keep in zip(feas, mask, strict=True) if keep]
-    base = next((p for p in points if p.method == "none"), None)
+    base_number = next((n for n, m, *_ in raw if m == "none"), None)
+    base = next((p for p in points if p.trial_number == base_number), None)
+    base_by_conc = by_trial.get(base_number, {}) if base_number is not None else {}
+    vd: dict[int, list[Verdict]] = {}
+    cross: dict[int, int | None] = {}
+    for number, method, *_ in raw:
+        if method == "none" or number not in by_trial:
+            continue
+        vd[number] = verdicts(by_trial[number], base_by_conc)
+        cross[number] = crossover_concurrency(vd[number])
     return Report(
-        job_id, wl, conc, limits, objectives, points, front, base, select_winner(front, objectives)
-    )
+        job_id, wl, conc, limits, objectives, points, front, base,
+        select_winner(front, objectives), vd, cross, base_by_conc,
+    )  # fmt: skip

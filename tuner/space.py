@@ -25,6 +25,8 @@ __all__ = [
     "DraftModelMethod",
     "EngineSpec",
     "IntRange",
+    "LosslessSpec",
+    "MeasurementSpec",
     "NgramMethod",
     "Objective",
     "SearchSpace",
@@ -141,12 +143,18 @@ class EngineSpec(_Strict):
 class WorkloadSpec(_Strict):
     """Which prompts, how many, how long; ``builtin`` names a set shipped with SpecTune."""
 
-    builtin: Literal["code_completion"] | None = "code_completion"
+    builtin: Literal["code_completion", "chat", "summarization"] | None = "code_completion"
     path: str | None = None
     num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
     max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
     warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
     request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    arrival: Literal["closed", "poisson"] = Field(
+        "closed", description="closed: fixed concurrency; poisson: open loop at request_rate"
+    )
+    request_rate: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
+        None, description="Requests per second for poisson arrivals."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -154,11 +162,39 @@ class WorkloadSpec(_Strict):
             raise ValueError("give either builtin or path, not both (set builtin: null)")
         if self.path is None and self.builtin is None:
             raise ValueError("give builtin or path")
+        if self.arrival == "poisson" and self.request_rate is None:
+            raise ValueError("arrival poisson needs request_rate (requests per second)")
+        if self.arrival == "closed" and self.request_rate is not None:
+            raise ValueError("request_rate applies only to arrival: poisson")
         return self
 
     @property
     def name(self) -> str:
         return self.builtin if self.builtin is not None else Path(self.path or "").stem
+
+
+class MeasurementSpec(_Strict):
+    """How each point is measured: repeats, noise rejection, confirmation of the front."""
+
+    repeats: Annotated[int, Field(ge=1, le=50)] = 3
+    max_relative_mad: Annotated[float, Field(gt=0, le=10)] = 0.1
+    remeasure: Annotated[int, Field(ge=0, le=5)] = Field(
+        1, description="How often a too-noisy point is measured again before it is flagged."
+    )
+    noise_penalty: Annotated[float, Field(ge=0, le=10)] = 1.0
+    confirm_top: Annotated[int, Field(ge=0, le=20)] = Field(
+        2, description="Front configurations re-launched and re-measured at the end of the job."
+    )
+    reset_prefix_cache: bool = True
+
+
+class LosslessSpec(_Strict):
+    """Greedy outputs of every speculative configuration against the baseline's."""
+
+    enabled: bool = True
+    num_prompts: Annotated[int, Field(ge=1, le=1000)] = 8
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    min_match_rate: Annotated[float, Field(ge=0, le=1)] = 0.9
 
 
 class SLO(_Strict):
@@ -223,6 +259,11 @@ class SearchSpace(_Strict):
         None, description="Level whose numbers Optuna optimises; default: the highest level."
     )
     workload: WorkloadSpec = WorkloadSpec()
+    workloads: Annotated[list[WorkloadSpec], Field(max_length=8)] | None = Field(
+        None, description="Several workloads, each measured separately (replaces workload)."
+    )
+    measurement: MeasurementSpec = MeasurementSpec()
+    lossless: LosslessSpec = LosslessSpec()
     slo: SLO = SLO()
     objectives: Annotated[list[Objective], Field(min_length=1, max_length=4)] = Field(
         default_factory=_default_objectives
@@ -259,6 +300,12 @@ class SearchSpace(_Strict):
             )
         for i, sp in enumerate(self.start_with):
             self._check_start(i, sp)
+        if self.workloads is not None:
+            names = [w.name for w in self.workloads]
+            if not names:
+                raise ValueError("workloads: give at least one")
+            if len(set(names)) != len(names):
+                raise ValueError(f"workloads: names must differ, got {names}")
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError("objectives: each metric at most once")
@@ -288,6 +335,15 @@ class SearchSpace(_Strict):
                 f"{where}: memory_fraction {sp.memory_fraction} is not one of "
                 f"{self.memory_fraction}"
             )
+
+    @property
+    def all_workloads(self) -> list[WorkloadSpec]:
+        return list(self.workloads) if self.workloads else [self.workload]
+
+    @property
+    def primary_workload(self) -> str:
+        """The workload whose numbers Optuna optimises: the first one."""
+        return self.all_workloads[0].name
 
     @property
     def primary_concurrency(self) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,9 +25,10 @@ import yaml
 from sqlalchemy import select
 
 from tuner.engines import EngineConfig, EngineLaunchError, VLLMServer
-from tuner.loadgen import LoadError, measure
+from tuner.loadgen import LoadError, greedy_token_ids, measure, reset_prefix_cache
 from tuner.metrics import Measurement
-from tuner.space import SearchSpace, parse_space
+from tuner.space import SearchSpace, WorkloadSpec, parse_space
+from tuner.stats import aggregate, noise_score, relative_mad
 from tuner.storage import (
     JobModel,
     MeasurementModel,
@@ -48,7 +51,10 @@ __all__ = [
     "run_job",
     "sample_candidate",
     "space_of_job",
+    "trial_records",
 ]
+
+log = logging.getLogger(__name__)
 
 MAX_FAILED_FRACTION = 0.0  # any failed request makes a point infeasible: its numbers lie
 LOG_TAIL_CHARS = 4000
@@ -130,7 +136,7 @@ def create_job(
 ) -> int:
     """Store a queued job and its Optuna study; returns the job id."""
     ensure_schema(url)
-    load_prompts(space)  # refuse a bad workload now, not after the first launch
+    load_all_prompts(space)  # refuse a bad workload now, not after the first launch
     data = space.model_dump(mode="json")
     data["base_dir"] = str(space.base_dir)
     with session_scope(url) as s:
@@ -146,11 +152,18 @@ def create_job(
         s.flush()
         job.study_name = study_name_for(job.job_id)
         job_id = job.job_id
-    optuna.create_study(
-        storage=url,
-        study_name=study_name_for(job_id),
-        directions=[o.resolved_direction for o in space.objectives],
-    )
+    try:
+        optuna.create_study(
+            storage=url,
+            study_name=study_name_for(job_id),
+            directions=[o.resolved_direction for o in space.objectives],
+        )
+    except BaseException:
+        with session_scope(url) as s:  # nothing stored half-way
+            job = s.get(JobModel, job_id)
+            if job is not None:
+                s.delete(job)
+        raise
     return job_id
 
 
@@ -315,49 +328,160 @@ def preflight(cfg: EngineConfig) -> None:
 # --------------------------------------------------------------------------- measuring
 
 
-def _measure_all(
-    server: VLLMServer, space: SearchSpace, prompts: list[Prompt]
-) -> list[Measurement]:
-    wl = space.workload
-    out = []
-    for level in space.concurrency:
-        m = asyncio.run(
-            measure(
-                server.base_url,
-                space.engine.served_model_name,
-                prompts,
-                workload=wl.name,
-                concurrency=level,
-                num_requests=max(wl.num_prompts, level),
-                max_tokens=wl.max_tokens,
-                warmup_requests=wl.warmup_requests,
-                timeout_s=wl.request_timeout_s,
-                slo=space.slo.limits(),
-            )
-        )
-        out.append(m)
+def load_all_prompts(space: SearchSpace) -> dict[str, list[Prompt]]:
+    out = {}
+    for wl in space.all_workloads:
+        path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
+        out[wl.name] = read_jsonl(path)
     return out
 
 
-def constraint_values(m: Measurement, slo: dict[str, float]) -> dict[str, float]:
-    """Optuna constraints (<= 0 is feasible): each SLO limit, and no failed requests."""
+def _objective_stats_noise(agg: dict[str, Any], space: SearchSpace) -> float:
+    """Largest relative MAD among the objective metrics (the ones a decision rests on)."""
+    rel = 0.0
+    for o in space.objectives:
+        st = agg["stats"].get(o.metric)
+        if st is not None:
+            rel = max(rel, relative_mad(st))
+    return rel
+
+
+def _measure_point(
+    server: VLLMServer, space: SearchSpace, wl: WorkloadSpec, prompts: list[Prompt], level: int
+) -> dict[str, Any]:
+    """N repeats at one (workload, level); a too-noisy set is thrown away and measured again."""
+    ms = space.measurement
+    remeasured = 0
+    while True:
+        runs: list[Measurement] = []
+        for r in range(ms.repeats):
+            if ms.reset_prefix_cache:
+                asyncio.run(reset_prefix_cache(server.base_url))
+            runs.append(
+                asyncio.run(
+                    measure(
+                        server.base_url,
+                        space.engine.served_model_name,
+                        prompts,
+                        workload=wl.name,
+                        concurrency=level,
+                        num_requests=max(wl.num_prompts, level),
+                        max_tokens=wl.max_tokens,
+                        warmup_requests=wl.warmup_requests if r == 0 else 0,
+                        timeout_s=wl.request_timeout_s,
+                        slo=space.slo.limits(),
+                        request_rate=wl.request_rate,
+                        seed=space.seed + r,
+                    )
+                )
+            )
+            if not server.alive():
+                raise TrialFailed("crash", "engine died during measurement\n" + server.log_tail())
+        agg = aggregate(runs, remeasured=remeasured)
+        noise = _objective_stats_noise(agg, space)
+        if noise <= ms.max_relative_mad or remeasured >= ms.remeasure:
+            break
+        remeasured += 1
+    agg["relative_mad"] = noise
+    agg["noisy"] = noise > ms.max_relative_mad
+    agg["arrival"] = wl.arrival
+    agg["score"] = {
+        o.metric: noise_score(agg["stats"][o.metric], o.resolved_direction, ms.noise_penalty)
+        for o in space.objectives
+        if o.metric in agg["stats"]
+    }
+    return agg
+
+
+def _measure_all(
+    server: VLLMServer, space: SearchSpace, prompts: dict[str, list[Prompt]]
+) -> list[dict[str, Any]]:
+    """Every workload x every concurrency level on one running engine (no restart)."""
+    out = []
+    for wl in space.all_workloads:
+        for level in space.concurrency:
+            out.append(_measure_point(server, space, wl, prompts[wl.name], level))
+    return out
+
+
+def constraint_values(m: dict[str, Any], slo: dict[str, float]) -> dict[str, float]:
+    """Optuna constraints (<= 0 is feasible): each SLO limit, no failed requests, not noisy."""
     values: dict[str, float] = {}
     for metric, limit in slo.items():
-        v = getattr(m, metric)
+        v = m.get(metric)
         values[metric] = float("inf") if v is None else float(v) - float(limit)
-    frac = m.num_failed / m.num_requests if m.num_requests else 1.0
+    frac = m["num_failed"] / m["num_requests"] if m["num_requests"] else 1.0
     values["failed_requests"] = frac - MAX_FAILED_FRACTION
+    values["noisy"] = 1.0 if m.get("noisy") else 0.0
     return values
 
 
-def objective_values(m: Measurement, space: SearchSpace) -> list[float]:
+def objective_values(m: dict[str, Any], space: SearchSpace) -> list[float]:
+    """Noise-aware scores (median moved against us by the MAD penalty) when repeated."""
     vals = []
     for o in space.objectives:
-        v = getattr(m, o.metric)
+        v = (m.get("score") or {}).get(o.metric, m.get(o.metric))
         if v is None:
             raise TrialFailed("no_data", f"{o.metric} could not be measured")
         vals.append(float(v))
     return vals
+
+
+def lossless_match(reference: list[Any], outputs: list[Any]) -> float | None:
+    """Token-level agreement with the baseline's greedy outputs: for each prompt, the length
+    of the common prefix over the reference length (after a first difference, greedy
+    decoding follows another path, so later tokens cannot be compared)."""
+    total = same = 0
+    for ref, out in zip(reference, outputs, strict=False):
+        if ref is None or out is None:
+            continue
+        total += len(ref)
+        for a, b in zip(ref, out, strict=False):
+            if a != b:
+                break
+            same += 1
+    return same / total if total else None
+
+
+_KV_RE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
+
+
+def kv_cache_tokens(log_text: str) -> int | None:
+    """The KV-cache capacity the engine reported at start."""
+    m = _KV_RE.findall(log_text)
+    return int(m[-1].replace(",", "")) if m else None
+
+
+class _RssSampler(threading.Thread):
+    """Peak resident memory of the engine's process tree (CPU memory; on a GPU the weights
+    and cache live in device memory, read from the engine log instead)."""
+
+    def __init__(self, server: VLLMServer, every_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.server, self.every_s = server, every_s
+        self.peak_bytes = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.done.is_set():
+            proc = self.server.proc
+            if proc is None:
+                break
+            try:
+                root = psutil.Process(proc.pid)
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak_bytes = max(self.peak_bytes, total)
+            except psutil.Error:
+                pass
+            self.done.wait(self.every_s)
 
 
 # --------------------------------------------------------------------------- the job
@@ -370,7 +494,7 @@ class _Objective:
         job_id: int,
         space: SearchSpace,
         work_dir: Path,
-        prompts: list[Prompt],
+        prompts: dict[str, list[Prompt]],
         n_trials: int,
         on_trial: Callable[[TrialEvent], None] | None,
         on_start: Callable[[int, dict[str, Any]], None] | None,
@@ -408,9 +532,16 @@ class _Objective:
         try:
             measurements, extra = self._run(trial, cfg)
             primary = next(
-                m for m in measurements if m.concurrency == self.space.primary_concurrency
+                m
+                for m in measurements
+                if m["concurrency"] == self.space.primary_concurrency
+                and m["workload"] == self.space.primary_workload
             )
-            for k, v in constraint_values(primary, self.space.slo.limits()).items():
+            cons = constraint_values(primary, self.space.slo.limits())
+            rate = extra.get("lossless_match_rate")
+            if rate is not None and self.space.lossless.enabled:
+                cons["lossless"] = self.space.lossless.min_match_rate - rate
+            for k, v in cons.items():
                 trial.set_constraint(k, v)
             values = objective_values(primary, self.space)
         except TrialFailed as e:
@@ -427,28 +558,35 @@ class _Objective:
             for m in measurements:
                 row.measurements.append(
                     MeasurementModel(
-                        workload=m.workload,
-                        concurrency=m.concurrency,
-                        output_tok_per_s=m.output_tok_per_s,
-                        p99_tpot_ms=m.p99_tpot_ms,
-                        num_failed=m.num_failed,
-                        metrics=m.model_dump(mode="json"),
+                        workload=m["workload"],
+                        concurrency=m["concurrency"],
+                        output_tok_per_s=m["output_tok_per_s"],
+                        p99_tpot_ms=m.get("p99_tpot_ms"),
+                        num_failed=m["num_failed"],
+                        metrics=m,
                     )
                 )
             row.startup_s = extra.get("startup_s")
             row.log_path = extra.get("log_path")
             row.reused_from = extra.get("reused_from")
+            row.kv_cache_tokens = extra.get("kv_cache_tokens")
+            row.peak_rss_mb = extra.get("peak_rss_mb")
+            row.greedy_token_ids = extra.get("greedy_token_ids")
+            row.lossless_match_rate = extra.get("lossless_match_rate")
             row.state = "complete"
             row.finished_at = utcnow()
-        acc = primary.acceptance_rate
+        acc = primary.get("acceptance_rate")
+        rate = extra.get("lossless_match_rate")
         self._emit(
             trial.number,
             "complete",
             params,
             t0,
-            f"{primary.output_tok_per_s:.1f} tok/s, p99 TPOT "
-            f"{primary.p99_tpot_ms or float('nan'):.2f} ms"
+            f"{primary['output_tok_per_s']:.1f} tok/s, p99 TPOT "
+            f"{primary.get('p99_tpot_ms') or float('nan'):.2f} ms"
             + (f", acceptance {acc:.1%}" if acc is not None else "")
+            + (f", greedy match {rate:.0%}" if rate is not None else "")
+            + (" (noisy)" if primary.get("noisy") else "")
             + (
                 f" (reused trial {extra['reused_from']})"
                 if extra.get("reused_from") is not None
@@ -507,7 +645,36 @@ class _Objective:
                 _ = r.measurements  # load while the session is open
             return rows[-1] if rows else None
 
-    def _run(self, trial: optuna.Trial, cfg: EngineConfig) -> tuple[list[Measurement], dict]:
+    def _baseline_reference(self) -> list[Any] | None:
+        with session_scope(self.url) as s:
+            row = s.scalars(
+                select(TrialModel)
+                .where(
+                    TrialModel.job_id == self.job_id,
+                    TrialModel.method == "none",
+                    TrialModel.greedy_token_ids.is_not(None),
+                )
+                .order_by(TrialModel.number)
+            ).first()
+            return row.greedy_token_ids if row is not None else None
+
+    def _lossless(self, server: VLLMServer, cfg: EngineConfig) -> dict[str, Any]:
+        ll = self.space.lossless
+        if not ll.enabled:
+            return {}
+        first = self.space.all_workloads[0].name
+        prompts = [p.prompt for p in self.prompts[first][: ll.num_prompts]]
+        ids = asyncio.run(
+            greedy_token_ids(server.base_url, self.space.engine.served_model_name, prompts,
+                             ll.max_tokens)
+        )  # fmt: skip
+        out: dict[str, Any] = {"greedy_token_ids": ids}
+        if cfg.speculative_config is not None:
+            ref = self._baseline_reference()
+            out["lossless_match_rate"] = lossless_match(ref, ids) if ref is not None else None
+        return out
+
+    def _run(self, trial: optuna.Trial, cfg: EngineConfig) -> tuple[list[dict], dict]:
         prev = self._previous(cfg.key(), trial.number)
         if prev is not None:
             # The same engine configuration was already measured in this job: reuse, no launch.
@@ -517,13 +684,28 @@ class _Objective:
                     f"same configuration as trial {prev.number}, which failed: "
                     + (prev.fail_detail or ""),
                 )
-            ms = [Measurement.model_validate(m.metrics) for m in prev.measurements]
-            return ms, {"reused_from": prev.number}
+            ms = [dict(m.metrics) for m in prev.measurements]
+            return ms, {
+                "reused_from": prev.number,
+                "kv_cache_tokens": prev.kv_cache_tokens,
+                "peak_rss_mb": prev.peak_rss_mb,
+                "lossless_match_rate": prev.lossless_match_rate,
+            }
         try:
             preflight(cfg)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
         log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"trial-{trial.number}.log"
+        try:
+            return self.launch_and_measure(cfg, log_path)
+        except TrialFailed:
+            self._finish_log(trial, log_path)
+            raise
+
+    def launch_and_measure(
+        self, cfg: EngineConfig, log_path: Path, *, lossless: bool = True, confirm: bool = False
+    ) -> tuple[list[dict], dict]:
+        """One engine launch measuring every workload and level (and the lossless set)."""
         server = VLLMServer(
             cfg,
             log_path,
@@ -532,11 +714,17 @@ class _Objective:
             launcher=self.launcher,
         )
         self.control._attach(server)
+        sampler = _RssSampler(server)
+        extra: dict[str, Any] = {}
         try:
             with server:
-                self._count_launch(server.startup_s or 0.0)
+                self._count_launch(server.startup_s or 0.0, confirm=confirm)
+                sampler.start()
+                extra["kv_cache_tokens"] = kv_cache_tokens(server.log_tail(200_000))
                 try:
                     ms = _measure_all(server, self.space, self.prompts)
+                    if lossless:
+                        extra.update(self._lossless(server, cfg))
                 except (LoadError, OSError) as e:
                     detail = f"{e}\n--- engine log tail ---\n{server.log_tail()}"
                     raise TrialFailed(
@@ -551,16 +739,18 @@ class _Objective:
                 raise JobCancelled("job cancelled while its engine ran") from None
             if isinstance(e, TrialFailed):
                 raise
-            self._count_launch(0.0)
-            self._finish_log(trial, log_path)
+            self._count_launch(0.0, confirm=confirm)
             raise TrialFailed(
                 e.reason, f"{e.message}\n--- engine log tail ---\n{e.log_tail}"
             ) from None
         finally:
             self.control._attach(None)
+            sampler.done.set()
         if self.control.cancelled:
             raise JobCancelled("job cancelled while its engine ran")
-        return ms, {"startup_s": server.startup_s, "log_path": str(log_path)}
+        extra["peak_rss_mb"] = round(sampler.peak_bytes / 2**20, 1) if sampler.peak_bytes else None
+        extra.update(startup_s=server.startup_s, log_path=str(log_path))
+        return ms, extra
 
     def _finish_log(self, trial: optuna.Trial, log_path: Path) -> None:
         tid = trial.user_attrs.get("spectune_trial_id")
@@ -571,12 +761,91 @@ class _Objective:
             if row is not None:
                 row.log_path = str(log_path)
 
-    def _count_launch(self, startup_s: float) -> None:
+    def _count_launch(self, startup_s: float, *, confirm: bool = False) -> None:
         with session_scope(self.url) as s:
             job = s.get(JobModel, self.job_id)
             assert job is not None
-            job.engine_launches += 1
+            if confirm:
+                job.confirm_launches += 1
+            else:
+                job.engine_launches += 1
             job.engine_startup_s += startup_s
+
+    def confirm(self) -> list[int]:
+        """Re-launch the best front configurations (and the baseline) and measure them
+        again; their stored numbers become the confirmed ones, the search's are kept under
+        ``search``. Returns the confirmed trial numbers."""
+        from tuner.pareto import _score, job_report
+
+        k = self.space.measurement.confirm_top
+        if k <= 0:
+            return []
+        rep = job_report(self.url, self.job_id)
+        name, direction = rep.objectives[0]
+        sign = -1.0 if direction == "maximize" else 1.0
+        ranked = sorted(
+            (p for p in rep.front if p.method != "none"), key=lambda p: sign * _score(p, name)
+        )
+        chosen = [p.trial_number for p in ranked[:k]]
+        if not chosen:
+            return []
+        if rep.baseline is not None:
+            chosen.append(rep.baseline.trial_number)
+        done = []
+        for number in chosen:
+            if self.control.cancelled:
+                break
+            with session_scope(self.url) as s:
+                row = s.scalars(
+                    select(TrialModel).where(
+                        TrialModel.job_id == self.job_id, TrialModel.number == number
+                    )
+                ).one()
+                ecfg = dict(row.engine_config)
+            ecfg["extra_args"] = tuple(ecfg.get("extra_args") or ())
+            cfg = EngineConfig(**ecfg)
+            log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"confirm-{number}.log"
+            if self.on_start:
+                self.on_start(number, {"confirm": True, **row.params})
+            t0 = time.monotonic()
+            try:
+                ms, _extra = self.launch_and_measure(cfg, log_path, lossless=False, confirm=True)
+            except TrialFailed as e:
+                log.warning("confirmation of trial %s failed: %s", number, e)
+                continue
+            with session_scope(self.url) as s:
+                row = s.scalars(
+                    select(TrialModel).where(
+                        TrialModel.job_id == self.job_id, TrialModel.number == number
+                    )
+                ).one()
+                new = {(m["workload"], m["concurrency"]): m for m in ms}
+                for mrow in row.measurements:
+                    m = new.get((mrow.workload, mrow.concurrency))
+                    if m is None:
+                        continue
+                    old = dict(mrow.metrics)
+                    m = dict(m)
+                    m["confirmed"] = True
+                    m["search"] = {key: old.get(key) for key in _SEARCH_KEYS}
+                    mrow.metrics = m
+                    mrow.output_tok_per_s = m["output_tok_per_s"]
+                    mrow.p99_tpot_ms = m.get("p99_tpot_ms")
+                    mrow.num_failed = m["num_failed"]
+            done.append(number)
+            if self.on_trial:
+                m = new.get((self.space.primary_workload, self.space.primary_concurrency), {})
+                self.on_trial(
+                    TrialEvent(number, self.n_trials, "confirmed", row.method, row.params,
+                               time.monotonic() - t0,
+                               f"{m.get('output_tok_per_s', 0):.1f} tok/s, p99 TPOT "
+                               f"{m.get('p99_tpot_ms') or float('nan'):.2f} ms")
+                )  # fmt: skip
+        return done
+
+
+_SEARCH_KEYS = ("output_tok_per_s", "p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms",
+                "acceptance_rate", "stats", "score", "noisy", "relative_mad")  # fmt: skip
 
 
 def run_job(
@@ -606,7 +875,7 @@ def run_job(
         job.started_at = utcnow()
     work_dir = (work_dir or Path(".spectune")).resolve()
     try:
-        prompts = load_prompts(space)
+        prompts = load_all_prompts(space)
     except WorkloadError as e:
         _end_job(url, job_id, "failed", str(e))
         raise
@@ -633,6 +902,11 @@ def run_job(
     except Exception as e:
         _end_job(url, job_id, "failed", f"{type(e).__name__}: {e}")
         raise
+    try:
+        objective.confirm()
+    except JobCancelled:
+        _end_job(url, job_id, "cancelled", "cancelled")
+        return _job_row(url, job_id)
     _end_job(url, job_id, "succeeded", None)
     return _job_row(url, job_id)
 
@@ -672,3 +946,63 @@ def _end_job(url: str, job_id: int, state: str, error: str | None) -> None:
 
 def dump_space_yaml(space: SearchSpace) -> str:
     return yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
+
+
+def trial_records(url: str, job_id: int) -> list[dict[str, Any]]:
+    """Each trial with Optuna's state, SpecTune's details and its metrics (units in names)."""
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        if job is None:
+            raise JobNotFound(f"job {job_id} not found")
+        job_space = space_of_job(job)
+        primary = job_space.primary_concurrency
+        primary_wl = job_space.primary_workload
+        rows = {
+            r.number: r for r in s.scalars(select(TrialModel).where(TrialModel.job_id == job_id))
+        }
+        details = {
+            n: {
+                "params": r.params,
+                "method": r.method,
+                "fail_reason": r.fail_reason,
+                "fail_detail": r.fail_detail,
+                "log_path": r.log_path,
+                "startup_s": r.startup_s,
+                "reused_from": r.reused_from,
+                "lossless_match_rate": r.lossless_match_rate,
+                "kv_cache_tokens": r.kv_cache_tokens,
+                "peak_rss_mb": r.peak_rss_mb,
+                "measurements": [m.metrics for m in r.measurements],
+            }
+            for n, r in rows.items()
+        }
+    study = optuna.load_study(study_name=study_name_for(job_id), storage=url)
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        d = details.get(t.number, {})
+        rec: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name.lower(),
+            "method": d.get("method") or t.params.get("method"),
+            "params": d.get("params") or dict(t.params),
+            "fail_reason": d.get("fail_reason"),
+            "fail_detail": d.get("fail_detail"),
+            "log_path": d.get("log_path"),
+            "startup_s": d.get("startup_s"),
+            "reused_from": d.get("reused_from"),
+            "lossless_match_rate": d.get("lossless_match_rate"),
+            "kv_cache_tokens": d.get("kv_cache_tokens"),
+            "peak_rss_mb": d.get("peak_rss_mb"),
+            "constraints": dict(t.constraints),
+            "concurrency": primary,
+            "workload": primary_wl,
+        }
+        ms = d.get("measurements") or []
+        prim = next(
+            (m for m in ms if m["concurrency"] == primary and m["workload"] == primary_wl), None
+        )
+        if prim is not None:
+            rec.update({k: v for k, v in prim.items() if k not in ("workload", "concurrency")})
+        rec["measurements"] = ms
+        out.append(rec)
+    return out

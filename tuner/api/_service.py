@@ -313,7 +313,7 @@ _TRIAL_KEYS = {
 
 
 def _records(url: str, job_id: int) -> list[dict[str, Any]]:
-    from tuner.cli import trial_records
+    from tuner.study import trial_records
 
     try:
         return trial_records(url, job_id)

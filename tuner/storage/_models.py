@@ -61,6 +61,9 @@ class JobModel(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Launches made after the search to confirm the front (migration v0.3.0.a); the search
+    # itself launches each distinct engine configuration at most once (engine_launches).
+    confirm_launches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"
@@ -86,6 +89,11 @@ class TrialModel(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     startup_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     reused_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Lossless guard and memory (migration v0.3.0.a).
+    lossless_match_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    greedy_token_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    kv_cache_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    peak_rss_mb: Mapped[float | None] = mapped_column(Float, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

@@ -1,0 +1,126 @@
+"""Noise handling for repeated measurements: median, MAD, a 95 % interval, a robust score.
+
+Why: one run of a CPU or GPU benchmark moves by several percent from run to run; ranking
+candidates on single runs picks noise. Following vLLM's ``tune_speculative_k``, a point is
+scored as median minus a MAD penalty (in the unfavourable direction), and a point whose
+relative MAD is too high is measured again before it is trusted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tuner.metrics import Measurement
+
+__all__ = [
+    "MAD_SCALE",
+    "STAT_METRICS",
+    "aggregate",
+    "noise_score",
+    "relative_mad",
+    "summary",
+    "t975",
+]
+
+MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
+
+# Metrics kept with their spread across repeats (units in the names).
+STAT_METRICS = (
+    "output_tok_per_s",
+    "requests_per_s",
+    "goodput_req_per_s",
+    "mean_ttft_ms",
+    "p50_ttft_ms",
+    "p90_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p50_tpot_ms",
+    "p90_tpot_ms",
+    "p99_tpot_ms",
+    "p50_itl_ms",
+    "p99_itl_ms",
+    "mean_e2e_ms",
+    "p50_e2e_ms",
+    "p90_e2e_ms",
+    "p99_e2e_ms",
+    "mean_queue_ms",
+    "acceptance_rate",
+    "mean_acceptance_length",
+)
+
+# Two-sided 95 % Student t quantiles by degrees of freedom (1..30); beyond: normal.
+_T975 = [
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+]  # fmt: skip
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        return math.inf
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, MAD, and a 95 % t-interval of the mean (over repeats, so n is small)."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    if a.size == 0:
+        raise ValueError("no values")
+    med = float(np.median(a))
+    mad = float(np.median(np.abs(a - med)))
+    n = int(a.size)
+    if n > 1:
+        half = t975(n - 1) * float(a.std(ddof=1)) / math.sqrt(n)
+        lo, hi = float(a.mean()) - half, float(a.mean()) + half
+    else:
+        lo = hi = med
+    return {"median": med, "mad": mad, "ci95_low": lo, "ci95_high": hi, "n": n}
+
+
+def relative_mad(stats: dict[str, float]) -> float:
+    med = stats["median"]
+    return 0.0 if med == 0 else MAD_SCALE * stats["mad"] / abs(med)
+
+
+def noise_score(stats: dict[str, float], direction: str, penalty: float = 1.0) -> float:
+    """Median moved against us by ``penalty`` robust standard deviations."""
+    spread = penalty * MAD_SCALE * stats["mad"]
+    return stats["median"] - spread if direction == "maximize" else stats["median"] + spread
+
+
+def aggregate(repeats: Sequence[Measurement], *, remeasured: int = 0) -> dict[str, Any]:
+    """One stored point from N repeats: medians at top level (so every reader sees the
+    robust value under the usual name), spread under ``stats``, raw runs under ``repeats``."""
+    if not repeats:
+        raise ValueError("no repeats")
+    runs = [m.model_dump(mode="json") for m in repeats]
+    out: dict[str, Any] = dict(runs[len(runs) // 2])  # structure and non-numeric fields
+    stats: dict[str, dict[str, float]] = {}
+    for name in STAT_METRICS:
+        vals = [r.get(name) for r in runs]
+        if any(v is None for v in vals):
+            continue
+        stats[name] = summary(vals)
+        out[name] = stats[name]["median"]
+    for name in ("num_requests", "num_ok", "num_failed", "output_tokens"):
+        out[name] = int(sum(r[name] for r in runs))
+    out["errors"] = sorted({e for r in runs for e in r.get("errors", [])})[:5]
+    if runs[0].get("per_position_acceptance"):
+        k = len(runs[0]["per_position_acceptance"])
+        out["per_position_acceptance"] = [
+            float(np.median([r["per_position_acceptance"][i] for r in runs])) for i in range(k)
+        ]
+    out["repeats"] = len(runs)
+    out["remeasured"] = remeasured
+    out["stats"] = stats
+    out["runs"] = [
+        {k: r.get(k) for k in ("output_tok_per_s", "p99_tpot_ms", "p99_ttft_ms",
+                               "acceptance_rate", "num_failed", "duration_s")}
+        for r in runs
+    ]  # fmt: skip
+    return out
