@@ -38,6 +38,9 @@ measurement: {repeats: 2, max_relative_mad: 10, confirm_top: 0}
 trials: 4
 seed: 3
 """
+# The same with the end-of-job confirmation: the best front configuration and the baseline
+# are launched again and re-measured.
+FAKE_PRESET_CONFIRM = FAKE_PRESET.replace("confirm_top: 0", "confirm_top: 1")
 
 
 def make_space_dir(root: Path, preset: str = FAKE_PRESET) -> Path:
@@ -85,6 +88,20 @@ def client(settings: ServiceSettings):
 def done(tmp_path_factory):
     """One finished 4-trial job (FAKE engine), shared by the read-only tests below."""
     root = tmp_path_factory.mktemp("done")
+    s = make_settings(root)
+    with TestClient(create_app(s, run_worker=False)) as c:
+        job = c.post("/api/jobs", json={"preset": "fake-small"}).json()
+        worker = Worker(s.database_url, work_dir=s.work_dir, launcher=FAKE_LAUNCHER)
+        assert worker.run_once() == job["id"]
+        assert c.get(f"/api/jobs/{job['id']}").json()["state"] == "succeeded"
+        yield c, job["id"], s
+
+
+@pytest.fixture(scope="module")
+def confirmed(tmp_path_factory):
+    """One finished 4-trial job with the end-of-job confirmation (FAKE engine)."""
+    root = tmp_path_factory.mktemp("confirmed")
+    make_space_dir(root, FAKE_PRESET_CONFIRM)
     s = make_settings(root)
     with TestClient(create_app(s, run_worker=False)) as c:
         job = c.post("/api/jobs", json={"preset": "fake-small"}).json()
@@ -355,6 +372,99 @@ def test_pareto_re_evaluates_any_slo(done):
     assert at1["concurrency"] == 1 and any(
         p["is_winner"] and p["concurrency"] == 1 for p in at1["points"]
     )
+
+
+def test_pareto_points_carry_intervals_memory_and_greedy_match(done):
+    c, job_id, _ = done
+    rep = c.get(f"/api/jobs/{job_id}/pareto").json()
+    trials = {t["number"]: t for t in c.get(f"/api/jobs/{job_id}/trials").json()["items"]}
+    for p in rep["points"]:
+        assert p["repeats"] == 2  # the preset's measurement.repeats
+        for name in ("output_tok_per_s", "p99_tpot_ms"):
+            lo, hi = p[f"{name}_ci95_low"], p[f"{name}_ci95_high"]
+            assert lo <= hi and lo <= p[name] <= hi, (name, p)  # n=2: the median is the mean
+        assert p["confirmed"] is False and p["search_output_tok_per_s"] is None  # confirm_top 0
+        assert p["noisy"] is False  # max_relative_mad 10: never noisy here
+        assert p["peak_rss_mb"] > 0 and p["kv_cache_tokens"] is None  # the fake logs no KV size
+        t = trials[p["trial_number"]]
+        assert p["peak_rss_mb"] == t["peak_rss_mb"]
+        if p["is_baseline"]:
+            assert p["lossless_match_rate"] is None and t["lossless_match_rate"] is None
+        else:  # the fake's greedy ids equal the baseline's unless --fake-lossy
+            assert p["lossless_match_rate"] == 1.0 == t["lossless_match_rate"]
+    # trial-level numbers are top-level fields of a trial, not per-concurrency metrics
+    assert "peak_rss_mb" not in trials[0]["metrics"]
+    # the per-request distributions and the spread are stored with every measurement
+    m = trials[1]["measurements"][0]
+    assert 0 < len(m["ttft_ms_values"]) == len(m["e2e_ms_values"]) <= m["num_ok"]
+    assert m["stats"]["output_tok_per_s"]["n"] == 2 and len(m["runs"]) == 2
+
+
+def test_pareto_round_cost_verdicts(done):
+    c, job_id, _ = done
+    rep = c.get(f"/api/jobs/{job_id}/pareto").json()
+    spec = sorted({p["trial_number"] for p in rep["points"] if not p["is_baseline"]})
+    rc = rep["round_cost"]
+    assert [r["trial_number"] for r in rc] == spec  # one row per speculative trial
+    base = {
+        p["concurrency"]: p for p in rep["points"] if p["trial_number"] == rep["baseline_trial"]
+    }
+    for r in rc:
+        assert r["method"] in ("ngram", "draft_model") and r["params"]["method"] == r["method"]
+        assert [v["concurrency"] for v in r["verdicts"]] == rep["levels"]
+        for v in r["verdicts"]:
+            assert v["pays_off"] == (v["spec_ms_per_token"] < v["baseline_ms_per_token"])
+            want = (v["baseline_ms_per_token"] / v["spec_ms_per_token"] - 1) * 100
+            assert v["margin_pct"] == pytest.approx(want)
+            assert (v["margin_pct"] > 0) == v["pays_off"]
+            assert v["concurrency"] in base
+        # the crossover is the first level from which it never pays again
+        tail = [
+            v for v in r["verdicts"] if v["concurrency"] >= (r["crossover_concurrency"] or 1e9)
+        ]
+        assert not any(v["pays_off"] for v in tail)
+        if r["crossover_concurrency"] is None:
+            assert r["verdicts"][-1]["pays_off"]
+    # the verdicts do not depend on the SLO or on the level the front is chosen at
+    other = c.get(
+        f"/api/jobs/{job_id}/pareto", params={"slo_p99_tpot_ms": 1e-6, "concurrency": 1}
+    ).json()
+    assert other["round_cost"] == rc
+
+
+def test_confirmed_points_carry_the_search_numbers(confirmed):
+    c, job_id, _ = confirmed
+    rep = c.get(f"/api/jobs/{job_id}/pareto").json()
+    conf = {p["trial_number"] for p in rep["points"] if p["confirmed"]}
+    # confirm_top 1: the best speculative front configuration plus the baseline
+    assert rep["baseline_trial"] in conf and len(conf) == 2
+    for p in rep["points"]:
+        if p["confirmed"]:
+            assert p["search_output_tok_per_s"] > 0
+            assert p["output_tok_per_s_ci95_low"] <= p["output_tok_per_s_ci95_high"]
+        else:
+            assert p["search_output_tok_per_s"] is None
+    t = c.get(f"/api/jobs/{job_id}/trials/{rep['baseline_trial']}").json()
+    assert t["metrics"]["confirmed"] is True and "output_tok_per_s" in t["metrics"]["search"]
+    typed = SpecTuneClient(http=c).pareto(job_id)
+    assert sum(p.confirmed for p in typed.points) == len(conf) * len(rep["levels"])
+    assert typed.round_cost and typed.round_cost[0].verdicts[0].spec_ms_per_token > 0
+
+
+def test_a_job_with_several_workloads_reports_each(client):
+    text = FAKE_PRESET.replace(
+        "workload: {num_prompts: 4, max_tokens: 12, warmup_requests: 1}",
+        "workloads: [{builtin: chat, num_prompts: 4}, {builtin: code_completion, num_prompts: 4}]",
+    )
+    job = client.post("/api/jobs", json={"search_space_yaml": text}).json()
+    assert job["workload"] == "chat"  # the first one is the objectives'
+    assert job["workloads"] == ["chat", "code_completion"]
+    for wl in (None, "chat", "code_completion"):
+        r = client.get(f"/api/jobs/{job['id']}/pareto", params={"workload": wl})
+        assert r.status_code == 200 and r.json()["workload"] == (wl or "chat")
+        assert r.json()["points"] == [] and r.json()["round_cost"] == []  # nothing run yet
+    r = client.get(f"/api/jobs/{job['id']}/pareto", params={"workload": "summarization"})
+    assert r.status_code == 422 and "'chat', 'code_completion'" in r.json()["detail"][0]["msg"]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import yaml
@@ -29,6 +29,8 @@ from tuner.api.schemas import (
     JobPublic,
     ParetoPoint,
     ParetoPublic,
+    RoundCostTrial,
+    RoundCostVerdict,
     SearchSpacePreset,
     TrialDetail,
     TrialPage,
@@ -39,6 +41,9 @@ from tuner.space import SearchSpace, SpaceError, parse_space
 from tuner.storage import JobModel, StorageError, session_scope, utcnow
 from tuner.study import JobNotFound, create_job, load_prompts, space_of_job, study_name_for
 from tuner.workloads import WorkloadError
+
+if TYPE_CHECKING:
+    from tuner.pareto import Point, Report
 
 __all__ = [
     "ReportQuery",
@@ -257,7 +262,8 @@ def job_public(job: JobModel) -> JobPublic:
         finished_at=_utc(job.finished_at),
         engine_launches=job.engine_launches or 0,
         engine_startup_s=round(job.engine_startup_s or 0.0, 2),
-        workload=space.workload.name if space else "",
+        workload=space.primary_workload if space else "",
+        workloads=[w.name for w in space.all_workloads] if space else [],
         concurrency=list(space.concurrency) if space else [],
         objective_concurrency=space.primary_concurrency if space else 0,
         slo=space.slo.limits() if space else {},
@@ -309,6 +315,9 @@ _TRIAL_KEYS = {
     "constraints",
     "concurrency",
     "measurements",
+    "lossless_match_rate",
+    "kv_cache_tokens",
+    "peak_rss_mb",
 }
 
 
@@ -332,6 +341,9 @@ def _trial(rec: dict[str, Any]) -> dict[str, Any]:
         "startup_s": rec["startup_s"],
         "reused_from": rec["reused_from"],
         "concurrency": rec["concurrency"],
+        "lossless_match_rate": rec.get("lossless_match_rate"),
+        "kv_cache_tokens": rec.get("kv_cache_tokens"),
+        "peak_rss_mb": rec.get("peak_rss_mb"),
         "metrics": {k: v for k, v in rec.items() if k not in _TRIAL_KEYS},
         "measurements": rec["measurements"],
     }
@@ -388,11 +400,12 @@ def _space(url: str, job_id: int) -> SearchSpace:
 
 
 def _resolve_query(space: SearchSpace, q: ReportQuery) -> tuple[str, int, dict[str, float]]:
-    wl = q.workload or space.workload.name
-    if wl != space.workload.name:
+    names = [w.name for w in space.all_workloads]
+    wl = q.workload or space.primary_workload
+    if wl not in names:
         raise field_error(
             ("query", "workload"),
-            f"this job measured workload {space.workload.name!r}, not {wl!r}",
+            f"this job measured workload {', '.join(map(repr, names))}, not {wl!r}",
         )
     conc = q.concurrency or space.primary_concurrency
     if conc not in space.concurrency:
@@ -403,43 +416,97 @@ def _resolve_query(space: SearchSpace, q: ReportQuery) -> tuple[str, int, dict[s
     return wl, conc, {**space.slo.limits(), **q.slo}
 
 
+def _ci95(m: dict[str, Any], name: str) -> tuple[float | None, float | None]:
+    """The 95% interval over repeats, when there were several (one run has none)."""
+    st = (m.get("stats") or {}).get(name)
+    if not st or (st.get("n") or 0) < 2:
+        return None, None
+    return st.get("ci95_low"), st.get("ci95_high")
+
+
+def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int]) -> ParetoPoint:
+    m = p.metrics
+    tps_lo, tps_hi = _ci95(m, "output_tok_per_s")
+    tpot_lo, tpot_hi = _ci95(m, "p99_tpot_ms")
+    search = m.get("search") or {}
+    return ParetoPoint(
+        trial_number=p.trial_number,
+        method=p.method,
+        params=p.params,
+        concurrency=level,
+        output_tok_per_s=m["output_tok_per_s"],
+        p99_tpot_ms=m.get("p99_tpot_ms"),
+        p99_ttft_ms=m.get("p99_ttft_ms"),
+        p99_e2e_ms=m.get("p99_e2e_ms"),
+        acceptance_rate=m.get("acceptance_rate"),
+        mean_acceptance_length=m.get("mean_acceptance_length"),
+        feasible=p.feasible,
+        violations=list(p.violations),
+        on_front=p.trial_number in front,
+        is_baseline=p.method == "none",
+        is_winner=level == conc
+        and rep.winner is not None
+        and p.trial_number == rep.winner.trial_number,
+        speedup=rep.speedup(p),
+        output_tok_per_s_ci95_low=tps_lo,
+        output_tok_per_s_ci95_high=tps_hi,
+        p99_tpot_ms_ci95_low=tpot_lo,
+        p99_tpot_ms_ci95_high=tpot_hi,
+        repeats=m.get("repeats"),
+        confirmed=bool(m.get("confirmed")),
+        search_output_tok_per_s=search.get("output_tok_per_s") if m.get("confirmed") else None,
+        noisy=bool(m.get("noisy")),
+        relative_mad=m.get("relative_mad"),
+        lossless_match_rate=p.lossless_match_rate,
+        kv_cache_tokens=p.kv_cache_tokens,
+        peak_rss_mb=p.peak_rss_mb,
+    )
+
+
+def _round_cost(
+    rep: Report, configs: dict[int, tuple[str, dict[str, Any]]]
+) -> list[RoundCostTrial]:
+    out = []
+    for number, vs in sorted(rep.verdicts.items()):
+        method, params = configs.get(number, ("?", {}))
+        out.append(
+            RoundCostTrial(
+                trial_number=number,
+                method=method,
+                params=params,
+                verdicts=[
+                    RoundCostVerdict(
+                        concurrency=v.concurrency,
+                        spec_ms_per_token=v.spec_ms_per_token,
+                        baseline_ms_per_token=v.baseline_ms_per_token,
+                        pays_off=v.pays_off,
+                        margin_pct=v.margin_pct,
+                    )
+                    for v in vs
+                ],
+                crossover_concurrency=rep.crossover.get(number),
+            )
+        )
+    return out
+
+
 def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
     from tuner.pareto import job_report
 
     space = _space(url, job_id)
     wl, conc, slo = _resolve_query(space, q)
     points: list[ParetoPoint] = []
-    winner = baseline = None
+    configs: dict[int, tuple[str, dict[str, Any]]] = {}
+    main: Report | None = None
     for level in space.concurrency:
         rep = job_report(url, job_id, workload=wl, concurrency=level, slo=slo)
         front = {p.trial_number for p in rep.front}
         if level == conc:
-            winner = rep.winner.trial_number if rep.winner else None
-            baseline = rep.baseline.trial_number if rep.baseline else None
+            main = rep
         for p in rep.points:
-            m = p.metrics
-            points.append(
-                ParetoPoint(
-                    trial_number=p.trial_number,
-                    method=p.method,
-                    params=p.params,
-                    concurrency=level,
-                    output_tok_per_s=m["output_tok_per_s"],
-                    p99_tpot_ms=m.get("p99_tpot_ms"),
-                    p99_ttft_ms=m.get("p99_ttft_ms"),
-                    p99_e2e_ms=m.get("p99_e2e_ms"),
-                    acceptance_rate=m.get("acceptance_rate"),
-                    mean_acceptance_length=m.get("mean_acceptance_length"),
-                    feasible=p.feasible,
-                    violations=list(p.violations),
-                    on_front=p.trial_number in front,
-                    is_baseline=p.method == "none",
-                    is_winner=level == conc
-                    and rep.winner is not None
-                    and p.trial_number == rep.winner.trial_number,
-                    speedup=rep.speedup(p),
-                )
-            )
+            configs.setdefault(p.trial_number, (p.method, p.params))
+            points.append(_pareto_point(p, rep, level, conc, front))
+    assert main is not None  # conc is one of the space's levels (_resolve_query)
     return ParetoPublic(
         job_id=job_id,
         workload=wl,
@@ -450,8 +517,9 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
             {"metric": o.metric, "direction": o.resolved_direction} for o in space.objectives
         ],
         points=points,
-        baseline_trial=baseline,
-        winner_trial=winner,
+        baseline_trial=main.baseline.trial_number if main.baseline else None,
+        winner_trial=main.winner.trial_number if main.winner else None,
+        round_cost=_round_cost(main, configs),
     )
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "JobState",
     "ParetoPoint",
     "ParetoPublic",
+    "RoundCostTrial",
+    "RoundCostVerdict",
     "SearchSpacePreset",
     "SpaceValidation",
     "TrialDetail",
@@ -89,7 +91,8 @@ class JobPublic(_Frozen):
     finished_at: datetime | None
     engine_launches: int
     engine_startup_s: float
-    workload: str
+    workload: str = Field(description="the workload the objectives are measured on")
+    workloads: list[str] = Field(default_factory=list, description="every workload measured")
     concurrency: list[int]
     objective_concurrency: int
     slo: dict[str, float]
@@ -113,6 +116,13 @@ class TrialPublic(_Frozen):
     startup_s: float | None
     reused_from: int | None
     concurrency: int
+    lossless_match_rate: float | None = Field(
+        None,
+        description="share (0..1) of the baseline's greedy output tokens this configuration "
+        "reproduced; null for the baseline itself or when not checked",
+    )
+    kv_cache_tokens: int | None = Field(None, description="KV-cache capacity the engine reported")
+    peak_rss_mb: float | None = Field(None, description="peak resident memory of the engine")
     metrics: dict[str, Any] = Field(description="at the job's objective concurrency")
     measurements: list[dict[str, Any]] = Field(description="every concurrency level")
 
@@ -145,6 +155,48 @@ class ParetoPoint(_Frozen):
     is_baseline: bool
     is_winner: bool
     speedup: float | None = Field(description="tok/s over the baseline at this concurrency")
+    output_tok_per_s_ci95_low: float | None = Field(
+        None, description="95% interval of the mean over the repeats (null: one run)"
+    )
+    output_tok_per_s_ci95_high: float | None = None
+    p99_tpot_ms_ci95_low: float | None = None
+    p99_tpot_ms_ci95_high: float | None = None
+    repeats: int | None = Field(None, description="measurements behind the medians")
+    confirmed: bool = Field(
+        False, description="re-measured on a second engine launch; these are those numbers"
+    )
+    search_output_tok_per_s: float | None = Field(
+        None, description="what the search measured before confirmation (confirmed points)"
+    )
+    noisy: bool = Field(False, description="repeats disagreed beyond max_relative_mad")
+    relative_mad: float | None = None
+    lossless_match_rate: float | None = Field(
+        None, description="share (0..1) of the baseline's greedy tokens reproduced"
+    )
+    kv_cache_tokens: int | None = None
+    peak_rss_mb: float | None = None
+
+
+class RoundCostVerdict(_Frozen):
+    """Mean time per output token of a speculative configuration against the baseline's at
+    the same concurrency and workload."""
+
+    concurrency: int
+    spec_ms_per_token: float
+    baseline_ms_per_token: float
+    pays_off: bool
+    margin_pct: float = Field(description="how much faster (+) or slower (-) per token")
+
+
+class RoundCostTrial(_Frozen):
+    trial_number: int
+    method: str
+    params: dict[str, Any]
+    verdicts: list[RoundCostVerdict] = Field(description="one per measured concurrency")
+    crossover_concurrency: int | None = Field(
+        description="lowest level from which it no longer pays at any higher level measured; "
+        "null when it pays at every level (or nothing was compared)"
+    )
 
 
 class ParetoPublic(_Frozen):
@@ -157,6 +209,10 @@ class ParetoPublic(_Frozen):
     points: list[ParetoPoint]
     baseline_trial: int | None
     winner_trial: int | None
+    round_cost: list[RoundCostTrial] = Field(
+        default_factory=list,
+        description="round-cost verdict of every speculative trial at every concurrency",
+    )
 
 
 class ExportPublic(_Frozen):
