@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_api import FAKE_LAUNCHER, make_settings
+from tests.test_api import FAKE_LAUNCHER, FAKE_PRESET_CONFIRM, make_settings, make_space_dir
 from tuner.api import create_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -42,6 +43,7 @@ def _free_port() -> int:
 def live(tmp_path):
     import uvicorn
 
+    make_space_dir(tmp_path, FAKE_PRESET_CONFIRM)  # confirms the best configuration at the end
     settings = make_settings(tmp_path, port=_free_port())
     app = create_app(settings, launcher=FAKE_LAUNCHER)
     server = uvicorn.Server(
@@ -117,6 +119,50 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     assert page.locator("rect[data-testid=pareto-point]").count() >= 1  # the baseline
     assert page.locator(".winner-ring").count() == 1
 
+    # 95% interval whiskers (2 repeats per point): one per axis and point, where visible.
+    whiskers = page.locator("[data-testid=ci-whisker]")
+    assert whiskers.count() >= n_all
+    assert page.locator("[data-testid=ci-whisker][data-axis=y]").count() >= 1
+    assert page.locator("[data-testid=ci-whisker][data-axis=x]").count() >= 1
+    # Confirmed points (the best configuration and the baseline, at every level) are marked.
+    n_conf = sum(p["confirmed"] for p in rep["points"])
+    assert n_conf == 2 * len(rep["levels"])
+    assert page.locator("[data-testid=confirmed-mark]").count() == n_conf
+    base = rep["baseline_trial"]
+    assert page.locator(f"[data-testid=confirmed-mark][data-trial='{base}']").count() == 2
+
+    # The round-cost verdict: a row per speculative trial, a cell per concurrency level.
+    spec_trials = sorted({p["trial_number"] for p in rep["points"] if not p["is_baseline"]})
+    rows = page.locator("[data-testid=verdict-table] tbody tr")
+    assert [int(n) for n in rows.evaluate_all("rs => rs.map(r => r.dataset.trial)")] == (
+        spec_trials
+    )
+    for text in page.locator(
+        "[data-testid=verdict-table] tbody td[data-concurrency]"
+    ).all_inner_texts():
+        assert re.fullmatch(r"\d+\.\d\d ms/tok, (pays off|does not pay) by \d+\.\d%", text), text
+    assert len(
+        page.locator("[data-testid=verdict-table] tbody td[data-concurrency]").all_inner_texts()
+    ) == len(spec_trials) * len(rep["levels"])
+    for r, rc in zip(rows.all(), rep["round_cost"], strict=True):
+        cross = r.locator("td.crossover").inner_text()
+        if rc["crossover_concurrency"] is None:
+            assert cross == "pays at every level measured"
+        else:
+            assert str(rc["crossover_concurrency"]) in cross
+    assert "baseline" in page.inner_text("[data-testid=verdict-table] thead")
+
+    # The trials table shows greedy match, KV tokens and peak RSS.
+    heads = page.locator("[data-testid=trials-table] thead th").all_inner_texts()
+    for col in ("greedy match", "KV tokens", "peak RSS MB"):
+        assert any(h.startswith(col) for h in heads), heads
+    i_match = next(i for i, h in enumerate(heads) if h.startswith("greedy match")) + 1
+    matches = page.locator(
+        f"[data-testid=trials-table] tbody tr td:nth-child({i_match})"
+    ).all_inner_texts()
+    assert sorted(matches) == ["100.0%"] * (len(matches) - 1) + ["reference"]
+    assert page.locator("[data-testid=trials-table] .badge:has-text('confirmed')").count() == 2
+
     # Typing an SLO between the fastest and slowest point splits them.
     tpots = sorted(p["p99_tpot_ms"] for p in rep["points"] if p["concurrency"] == 2)
     mid = (tpots[0] + tpots[-1]) / 2
@@ -149,7 +195,9 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
 
     # Hovering a point shows its configuration.
     page.locator("[data-testid=pareto-point]").last.hover()  # drawn last: nothing covers it
-    assert "trial" in page.inner_text(".tip") and "tok/s" in page.inner_text(".tip")
+    tip = page.inner_text(".tip")
+    assert "trial" in tip and "tok/s" in tip and "95% interval" in tip
+    assert "median of 2 repeats" in tip and "peak RSS" in tip
 
     # Copy the winning --speculative-config: valid JSON, the same as the API's export.
     button = page.locator("button.copy[data-format=vllm-json]")
@@ -196,6 +244,28 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     page.wait_for_selector("h3:has-text('Per-position acceptance')")
     assert page.locator("text=draft position 1").count() >= 1
     assert page.locator("h3:has-text('Latency distribution')").count() == 2  # two levels
+    # Real histograms of the per-request TTFT, TPOT and end-to-end times, at each level.
+    hists = page.locator("[data-testid=histogram]")
+    assert hists.count() == 3 * 2
+    assert sorted(set(hists.evaluate_all("hs => hs.map(h => h.dataset.metric)"))) == [
+        "TPOT",
+        "TTFT",
+        "end-to-end",
+    ]
+    for i in range(hists.count()):
+        h = hists.nth(i)
+        counts = [
+            int(c)
+            for c in h.locator("[data-testid=hist-bar]").evaluate_all(
+                "bs => bs.map(b => b.dataset.count)"
+            )
+        ]
+        assert counts and all(c > 0 for c in counts)
+        assert f"· {sum(counts)} requests" in (h.text_content() or "")  # every request is in a bar
+        assert h.locator("[data-testid=hist-marker]").count() == 3  # p50, p90, p99
+    assert "greedy output match with the baseline 100.0%" in page.inner_text(
+        "[data-testid=trial-memory]"
+    )
 
     assert page.console_errors == []
 

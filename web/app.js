@@ -2,7 +2,7 @@
 // Plain ES modules, no build step, no network access beyond this server.
 
 import { api, ApiError, fieldErrors, setToken, token } from "./api.js";
-import { bars, describe, paretoChart } from "./chart.js";
+import { bars, describe, histogram, paretoChart } from "./chart.js";
 
 const app = document.getElementById("app");
 const banner = document.getElementById("banner");
@@ -29,6 +29,7 @@ function h(tag, attrs = {}, ...children) {
 
 const fmt = (v, d = 1) => (v === null || v === undefined ? "–" : typeof v === "number" ? v.toFixed(d) : String(v));
 const pct = (v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)}%`);
+const int = (v) => (v === null || v === undefined ? "–" : Math.round(v).toLocaleString("en-US"));
 const dur = (s) => (s === null || s === undefined ? "–" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
 
 function showBanner(msg) {
@@ -183,9 +184,15 @@ function trialsTable(jobId, trials) {
     ["p99 TTFT ms", (t) => t.metrics.p99_ttft_ms, (t) => fmt(t.metrics.p99_ttft_ms, 1)],
     ["acceptance", (t) => t.metrics.acceptance_rate, (t) => pct(t.metrics.acceptance_rate)],
     ["mean acc. len", (t) => t.metrics.mean_acceptance_length, (t) => fmt(t.metrics.mean_acceptance_length, 2)],
+    ["greedy match", (t) => t.lossless_match_rate, (t) => t.method === "none" && t.state === "complete"
+      ? "reference" : pct(t.lossless_match_rate)],
+    ["KV tokens", (t) => t.kv_cache_tokens, (t) => int(t.kv_cache_tokens)],
+    ["peak RSS MB", (t) => t.peak_rss_mb, (t) => int(t.peak_rss_mb)],
     ["note", (t) => t.fail_reason || "", (t) => t.fail_reason
       ? h("details", {}, h("summary", { text: t.fail_reason }), h("pre", { class: "log", text: t.fail_detail || "" }))
-      : t.reused_from !== null ? `reused trial ${t.reused_from}` : ""],
+      : [t.reused_from !== null ? `reused trial ${t.reused_from}` : null,
+        t.metrics.confirmed ? h("span", { class: "badge", title: "re-measured on a second engine launch", text: "✓ confirmed" }) : null,
+        t.metrics.noisy ? h("span", { class: "badge noisy", text: `noisy (MAD ${pct(t.metrics.relative_mad)})` }) : null]],
   ];
   let sortBy = 0, dir = 1;
   const tbody = h("tbody");
@@ -206,7 +213,46 @@ function trialsTable(jobId, trials) {
     }, c[0], i === sortBy ? (dir > 0 ? " ▲" : " ▼") : "")));
   }
   draw();
-  return h("table", { class: "trials", "data-testid": "trials-table" }, h("thead", {}, head), tbody);
+  return h("div", { class: "scroll" },
+    h("table", { class: "trials", "data-testid": "trials-table" }, h("thead", {}, head), tbody));
+}
+
+// Round-cost verdict: per speculative trial, mean time per output token against the
+// baseline's at each concurrency, and the level from which it stops paying.
+function verdictTable(jobId, rep) {
+  const rows = rep.round_cost || [];
+  if (!rows.length) return h("p", { class: "meta", text: "No speculative trial measured yet." });
+  if (!rows.some((r) => r.verdicts.length)) {
+    return h("p", { class: "meta", text: "No baseline measured at these levels: no verdict." });
+  }
+  const levels = rep.levels;
+  const base = {};
+  for (const r of rows) for (const v of r.verdicts) base[v.concurrency] = v.baseline_ms_per_token;
+  const head = h("tr", {}, h("th", { text: "trial" }), h("th", { text: "configuration" }),
+    ...levels.map((c) => h("th", { "data-concurrency": c },
+      `concurrency ${c}`, h("br"), h("span", { class: "meta", text: `baseline ${fmt(base[c], 2)} ms/tok` }))),
+    h("th", { text: "stops paying" }));
+  const body = rows.map((r) => {
+    const byC = Object.fromEntries(r.verdicts.map((v) => [v.concurrency, v]));
+    const cells = levels.map((c) => {
+      const v = byC[c];
+      if (!v) return h("td", { text: "–", "data-concurrency": c });
+      const word = v.pays_off ? "pays off" : "does not pay";
+      return h("td", { class: v.pays_off ? "pays" : "no-pay", "data-concurrency": c, "data-pays": v.pays_off,
+        text: `${v.spec_ms_per_token.toFixed(2)} ms/tok, ${word} by ${Math.abs(v.margin_pct).toFixed(1)}%` });
+    });
+    const first = r.verdicts[0];
+    const cross = r.crossover_concurrency;
+    const where = !r.verdicts.length ? "–"
+      : cross === null ? "pays at every level measured"
+      : cross === first.concurrency ? `does not pay from concurrency ${cross} (the lowest measured)`
+      : `stops paying at concurrency ${cross}`;
+    return h("tr", { "data-trial": r.trial_number },
+      h("td", {}, h("a", { href: `#/jobs/${jobId}/trials/${r.trial_number}`, text: `${r.trial_number}` })),
+      h("td", { text: describe(r) }), ...cells, h("td", { class: "crossover", text: where }));
+  });
+  return h("div", { class: "scroll" },
+    h("table", { class: "verdicts", "data-testid": "verdict-table" }, h("thead", {}, head), h("tbody", {}, body)));
 }
 
 async function copyText(text) {
@@ -224,13 +270,17 @@ async function jobPage(gen, jobId) {
   const chartHost = h("div", { class: "chart" });
   const summary = h("p", { class: "summary", "data-testid": "pareto-summary" });
   const levelSel = h("select", { id: "concurrency" });
+  const wlSel = h("select", { id: "workload" });
+  const wlLabel = h("label", { hidden: true }, "Workload ", wlSel);
+  const verdictBox = h("div", { "data-testid": "verdict-panel" });
+  const verdictNote = h("p", { class: "meta" });
   const sloTpot = h("input", { id: "slo-tpot", type: "number", min: 0, step: "any", "aria-label": "SLO p99 TPOT (ms)" });
   const sloTtft = h("input", { id: "slo-ttft", type: "number", min: 0, step: "any", placeholder: "none", "aria-label": "SLO p99 TTFT (ms)" });
   const sloErr = h("span", { class: "errors inline", "data-testid": "slo-error" });
   const exportBox = h("div", { class: "exports", "data-testid": "export-panel" });
   const trialsBox = h("div");
   const UNSET = Symbol("unset");
-  let job = null, lastDone = -1, slo = null, winner = UNSET;
+  let job = null, lastDone = "", slo = null, winner = UNSET;
 
   const chart = paretoChart(chartHost, {
     onSlo: (v, final) => { sloTpot.value = v; slo = v; reloadPareto(final); },
@@ -241,14 +291,17 @@ async function jobPage(gen, jobId) {
       h("div", { class: "row controls" },
         h("label", {}, "SLO p99 TPOT (ms) ", sloTpot),
         h("label", {}, "SLO p99 TTFT (ms) ", sloTtft),
-        h("label", {}, "Concurrency ", levelSel), sloErr),
+        h("label", {}, "Concurrency ", levelSel), wlLabel, sloErr),
       chartHost,
       h("p", { class: "legend" },
         h("span", { class: "key feasible" }), "feasible ",
         h("span", { class: "key infeasible" }), "infeasible ",
         h("span", { class: "key baseline" }), "baseline ",
-        h("span", { class: "key winner" }), "winner · drag the dashed SLO line or type a limit"),
+        h("span", { class: "key winner" }), "winner ",
+        h("i", { class: "key confirmed" }), " confirmed by a second launch ",
+        h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
       summary),
+    h("section", { class: "card" }, h("h2", { text: "Round-cost verdict" }), verdictNote, verdictBox),
     h("section", { class: "card" }, h("h2", { text: "Export the winner" }), exportBox),
     h("section", { class: "card" }, h("h2", { text: "Trials" }), trialsBox));
 
@@ -261,17 +314,26 @@ async function jobPage(gen, jobId) {
     const mine = ++seq;
     try {
       const rep = await api(`/api/jobs/${jobId}/pareto`, { params: {
-        slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value } });
+        slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value,
+        workload: wlSel.value } });
       if (mine !== seq || gen !== generation) return;
       sloErr.textContent = "";
       if (!levelSel.options.length) {
         levelSel.replaceChildren(...rep.levels.map((l) => h("option", { value: l, text: l })));
         levelSel.value = rep.concurrency;
       }
+      if (!wlSel.options.length && job?.workloads?.length > 1) {
+        wlSel.replaceChildren(...job.workloads.map((w) => h("option", { value: w, text: w })));
+        wlSel.value = rep.workload;
+        wlLabel.hidden = false;
+      }
       if (!sloTpot.value && rep.slo.p99_tpot_ms) sloTpot.value = rep.slo.p99_tpot_ms;
       if (!sloTtft.value && rep.slo.p99_ttft_ms) sloTtft.value = rep.slo.p99_ttft_ms;
       slo = rep.slo.p99_tpot_ms ?? null;
       chart.render(rep, slo, { rescale: false });
+      verdictNote.textContent = `Mean time per output token of each speculative configuration against the ` +
+        `baseline's at the same concurrency (workload ${rep.workload}): speculation pays when it is lower.`;
+      verdictBox.replaceChildren(verdictTable(jobId, rep));
       const sel = rep.points.filter((p) => p.concurrency === rep.concurrency);
       const nFeas = sel.filter((p) => p.feasible).length;
       const w = sel.find((p) => p.is_winner);
@@ -288,7 +350,8 @@ async function jobPage(gen, jobId) {
     }
   }
   async function loadExports(rep, w) {
-    const params = { slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value };
+    const params = { slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value,
+      workload: wlSel.value };
     const blocks = [];
     for (const f of FORMATS) {
       const pre = h("pre", { class: "export", "data-format": f.id });
@@ -315,6 +378,7 @@ async function jobPage(gen, jobId) {
     reloadPareto(false);
   });
   levelSel.addEventListener("change", () => reloadPareto());
+  wlSel.addEventListener("change", () => { winner = UNSET; reloadPareto(); });
 
   async function refresh() {
     try {
@@ -343,8 +407,11 @@ async function jobPage(gen, jobId) {
         ` · engine launches ${job.engine_launches} (${fmt(job.engine_startup_s)} s start-up)` }),
       job.error && job.state !== "cancelled" ? h("pre", { class: "log", text: job.error }) : null,
       ENDED.includes(job.state) ? null : cancel));
-    if (job.trials_done !== lastDone) {
-      lastDone = job.trials_done;
+    // The confirmation launches after the last trial change the numbers too: reload on the
+    // job's end as well as on each finished trial.
+    const done = `${job.trials_done}|${job.state}`;
+    if (done !== lastDone) {
+      lastDone = done;
       const page = await api(`/api/jobs/${jobId}/trials`, { params: { limit: 1000 } });
       trialsBox.replaceChildren(trialsTable(jobId, page.items));
       winner = UNSET;
@@ -371,26 +438,65 @@ async function trialPage(gen, jobId, number) {
   }
   if (gen !== generation) return;
   const sections = [];
+  const several = new Set(t.measurements.map((m) => m.workload)).size > 1;
   for (const m of t.measurements) {
-    const acc = h("div"), lat = h("div");
+    const acc = h("div"), lat = h("div", { class: "hists" });
     if (m.per_position_acceptance?.length) {
       bars(acc, m.per_position_acceptance.map((v, i) => ({ label: `draft position ${i + 1}`, value: v })), { unit: "%", max: 1 });
     } else acc.append(h("p", { class: "meta", text: "No speculation at this trial: no acceptance to show." }));
-    const rows = [];
-    for (const k of ["ttft", "tpot", "itl", "e2e"]) {
-      for (const q of ["p50", "p90", "p99"]) rows.push({ label: `${q} ${k.toUpperCase()}`, value: m[`${q}_${k}_ms`] });
+    const perRequest = ["ttft", "tpot", "e2e"].some((k) => m[`${k}_ms_values`]?.length);
+    if (perRequest) {
+      for (const [k, title] of [["ttft", "TTFT"], ["tpot", "TPOT"], ["e2e", "end-to-end"]]) {
+        const box = h("div");
+        histogram(box, m[`${k}_ms_values`] || [], { title, unit: "ms",
+          markers: ["p50", "p90", "p99"].map((q) => ({ label: q, value: m[`${q}_${k}_ms`] })) });
+        lat.append(box);
+      }
+    } else {
+      // measured before per-request values were kept: the percentiles only
+      const rows = [];
+      for (const k of ["ttft", "tpot", "itl", "e2e"]) {
+        for (const q of ["p50", "p90", "p99"]) rows.push({ label: `${q} ${k.toUpperCase()}`, value: m[`${q}_${k}_ms`] });
+      }
+      bars(lat, rows, { unit: "ms" });
     }
-    bars(lat, rows, { unit: "ms" });
-    sections.push(h("section", { class: "card", "data-concurrency": m.concurrency },
-      h("h2", { text: `Concurrency ${m.concurrency} · ${fmt(m.output_tok_per_s)} tok/s · ${m.num_ok}/${m.num_requests} requests ok` }),
+    const ci = (name, d) => {
+      const st = m.stats?.[name];
+      return st && st.n > 1 ? ` (95% interval ${Math.max(0, st.ci95_low).toFixed(d)}–${st.ci95_high.toFixed(d)})` : "";
+    };
+    const facts = [
+      m.repeats ? `median of ${m.repeats} repeat${m.repeats > 1 ? "s" : ""}` +
+        (m.relative_mad != null ? `, relative MAD ${pct(m.relative_mad)}` : "") : null,
+      `${fmt(m.output_tok_per_s)} tok/s${ci("output_tok_per_s", 1)}`,
+      `p99 TPOT ${fmt(m.p99_tpot_ms, 2)} ms${ci("p99_tpot_ms", 2)}`,
+      `ITL p50 ${fmt(m.p50_itl_ms, 2)} / p99 ${fmt(m.p99_itl_ms, 2)} ms`,
+      m.mean_queue_ms != null ? `mean queue ${fmt(m.mean_queue_ms, 2)} ms` : null,
+      m.confirmed && m.search ? `search measured ${fmt(m.search.output_tok_per_s)} tok/s` : null,
+    ].filter(Boolean);
+    sections.push(h("section", { class: "card", "data-concurrency": m.concurrency, "data-workload": m.workload },
+      h("h2", {}, `Concurrency ${m.concurrency}${several ? ` · ${m.workload}` : ""} · ${fmt(m.output_tok_per_s)} tok/s · ` +
+        `${m.num_ok}/${m.num_requests} requests ok`,
+        m.confirmed ? h("span", { class: "badge", title: "re-measured on a second engine launch", text: "✓ confirmed" }) : null,
+        m.noisy ? h("span", { class: "badge noisy", text: "noisy" }) : null),
+      h("p", { class: "meta", "data-testid": "measurement-facts", text: facts.join(" · ") }),
       h("h3", { text: `Per-position acceptance (rate ${pct(m.acceptance_rate)}, mean length ${fmt(m.mean_acceptance_length, 2)})` }), acc,
-      h("h3", { text: "Latency distribution (ms)" }), lat));
+      h("h3", { text: "Latency distribution (ms)" }),
+      perRequest ? h("p", { class: "meta", text:
+        `Per-request values of one of the ${m.repeats || 1} repeat${m.repeats > 1 ? "s" : ""}; ` +
+        "dashed lines: p50, p90, p99 (median over the repeats)." }) : null,
+      lat));
   }
+  const memory = [
+    t.method !== "none" ? `greedy output match with the baseline ${pct(t.lossless_match_rate)}` : null,
+    t.kv_cache_tokens != null ? `KV cache ${int(t.kv_cache_tokens)} tokens` : "KV cache size not reported",
+    `peak RSS ${int(t.peak_rss_mb)} MB`,
+  ].filter(Boolean);
   app.replaceChildren(
     h("section", { class: "card" },
       h("p", {}, h("a", { href: `#/jobs/${jobId}`, text: `← job #${jobId}` })),
       h("h1", { text: `Trial ${t.number} · ${describe(t)} · ${t.state}` }),
       h("pre", { class: "params", text: JSON.stringify(t.params, null, 2) }),
+      t.state === "complete" ? h("p", { class: "meta", "data-testid": "trial-memory", text: memory.join(" · ") }) : null,
       t.fail_reason ? h("p", { class: "errors", text: `failed: ${t.fail_reason}` }) : null,
       t.reused_from !== null ? h("p", { class: "meta", text: `Same engine configuration as trial ${t.reused_from}: its measurement is reused.` }) : null),
     ...sections,

@@ -417,11 +417,13 @@ def _resolve_query(space: SearchSpace, q: ReportQuery) -> tuple[str, int, dict[s
 
 
 def _ci95(m: dict[str, Any], name: str) -> tuple[float | None, float | None]:
-    """The 95% interval over repeats, when there were several (one run has none)."""
+    """The 95% interval over repeats, when there were several (one run has none). It is a
+    t-interval of the mean, so with 2-3 repeats its low end can fall below 0 for a quantity
+    that cannot: that end is answered as 0."""
     st = (m.get("stats") or {}).get(name)
-    if not st or (st.get("n") or 0) < 2:
+    if not st or (st.get("n") or 0) < 2 or st.get("ci95_low") is None:
         return None, None
-    return st.get("ci95_low"), st.get("ci95_high")
+    return max(0.0, st["ci95_low"]), st.get("ci95_high")
 
 
 def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int]) -> ParetoPoint:
