@@ -114,3 +114,10 @@ def test_arrival_and_workload_validation():
         loads_space(base + "workloads: [{builtin: chat}, {builtin: chat}]\n")
     s = loads_space(base + "workloads: [{builtin: chat}, {builtin: summarization}]\n")
     assert s.primary_workload == "chat" and len(s.all_workloads) == 2
+
+
+def test_interval_is_clipped_at_zero_and_histograms_join_repeats():
+    st = summary([1.0, 9.0])  # t(0.975, 1) = 12.7: the raw lower end is far below zero
+    assert st["ci95_low"] == 0.0 and st["ci95_high"] > 9.0
+    runs = [_m(100, 5.0, tpot_ms_values=[1.0, 2.0]), _m(110, 5.0, tpot_ms_values=[3.0])]
+    assert aggregate(runs)["tpot_ms_values"] == [1.0, 2.0, 3.0]

@@ -19,7 +19,7 @@ def test_preset_loads_and_resolves_paths_against_its_folder():
     space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
     assert space.methods.enabled() == ["ngram", "draft_model"]
     assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
-    assert space.primary_concurrency == max(space.concurrency)
+    assert space.primary_concurrency == 1  # objective_concurrency
     assert space.engine.enforce_eager is True
 
 

@@ -185,6 +185,11 @@ def test_tight_slo_makes_points_infeasible_and_re_evaluation_relaxes_it(
     assert all("p99_tpot_ms" in p.violations[0] for p in rep.points)
     relaxed = job_report(db_url, job_id, slo={"p99_tpot_ms": 1e6})
     assert relaxed.winner is not None
+    # the CLI re-evaluates the same way, without re-running anything
+    assert cli.main(["export", str(job_id), "--db", db_url]) == cli.EXIT_INFEASIBLE
+    args = ["export", str(job_id), "--db", db_url, "--slo-p99-tpot-ms", "1000000"]
+    assert cli.main(args) == cli.EXIT_OK
+    assert cli.main([*args, "--concurrency", "3"]) == cli.EXIT_INFEASIBLE  # not measured
 
 
 def test_unknown_job(db_url, capsys):

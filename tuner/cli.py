@@ -325,8 +325,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     url = database_url(args.db)
     ensure_schema(url)
+    slo = {}
+    if args.slo_p99_tpot_ms is not None:
+        slo["p99_tpot_ms"] = args.slo_p99_tpot_ms
+    if args.slo_p99_ttft_ms is not None:
+        slo["p99_ttft_ms"] = args.slo_p99_ttft_ms
+    kw = {"workload": args.workload, "concurrency": args.concurrency, "slo": slo or None}
     try:
-        print(export_job(url, args.job_id, args.format))
+        print(export_job(url, args.job_id, args.format, **kw))
     except JobNotFound as e:
         _err(str(e))
         return EXIT_INPUT
@@ -475,6 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="print the winning configuration")
     p.add_argument("job_id", type=int)
     p.add_argument("--format", default="vllm-json", choices=["vllm-json", "vllm-cli"])
+    p.add_argument("--workload", help="workload name (default: the job's first)")
+    p.add_argument("--concurrency", type=int, help="level (default: the objective level)")
+    p.add_argument("--slo-p99-tpot-ms", type=float, help="re-evaluate under this SLO")
+    p.add_argument("--slo-p99-ttft-ms", type=float, help="re-evaluate under this SLO")
     p.add_argument("--db", help=db_help)
     p.set_defaults(fn=cmd_export)
 

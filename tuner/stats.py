@@ -66,8 +66,9 @@ def t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96
 
 
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """Median, MAD, and a 95 % t-interval of the mean (over repeats, so n is small)."""
+def summary(values: Sequence[float], *, floor: float | None = 0.0) -> dict[str, float]:
+    """Median, MAD, and a 95 % t-interval of the mean (over repeats, so n is small), clipped
+    at ``floor`` (latencies and rates cannot go below zero)."""
     a = np.asarray([v for v in values if v is not None], dtype=float)
     if a.size == 0:
         raise ValueError("no values")
@@ -79,6 +80,8 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         lo, hi = float(a.mean()) - half, float(a.mean()) + half
     else:
         lo = hi = med
+    if floor is not None:
+        lo = max(lo, floor)
     return {"median": med, "mad": mad, "ci95_low": lo, "ci95_high": hi, "n": n}
 
 
@@ -115,6 +118,8 @@ def aggregate(repeats: Sequence[Measurement], *, remeasured: int = 0) -> dict[st
         out["per_position_acceptance"] = [
             float(np.median([r["per_position_acceptance"][i] for r in runs])) for i in range(k)
         ]
+    for name in ("ttft_ms_values", "tpot_ms_values", "e2e_ms_values"):
+        out[name] = [v for r in runs for v in r.get(name, [])]  # every repeat's requests
     out["repeats"] = len(runs)
     out["remeasured"] = remeasured
     out["stats"] = stats

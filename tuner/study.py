@@ -354,9 +354,10 @@ def _measure_point(
     remeasured = 0
     while True:
         runs: list[Measurement] = []
+        resets = 0
         for r in range(ms.repeats):
             if ms.reset_prefix_cache:
-                asyncio.run(reset_prefix_cache(server.base_url))
+                resets += asyncio.run(reset_prefix_cache(server.base_url))
             runs.append(
                 asyncio.run(
                     measure(
@@ -384,6 +385,7 @@ def _measure_point(
         remeasured += 1
     agg["relative_mad"] = noise
     agg["noisy"] = noise > ms.max_relative_mad
+    agg["prefix_cache_resets"] = resets
     agg["arrival"] = wl.arrival
     agg["score"] = {
         o.metric: noise_score(agg["stats"][o.metric], o.resolved_direction, ms.noise_penalty)

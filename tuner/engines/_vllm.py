@@ -158,6 +158,9 @@ def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None =
             "DO_NOT_TRACK": "1",
             "VLLM_CACHE_ROOT": str(cache_root),
             "PYTHONUNBUFFERED": "1",
+            # Exposes POST /reset_prefix_cache, so one load level's prompts do not warm the
+            # next's. The server listens on 127.0.0.1 only and lives for one trial.
+            "VLLM_SERVER_DEV_MODE": "1",
         }
     )
     if cfg.device == "cpu":
