@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tuner.engines import EngineConfig, VLLMServer  # noqa: E402
-from tuner.loadgen import measure  # noqa: E402
+from tuner.loadgen import measure, reset_prefix_cache  # noqa: E402
 from tuner.workloads import builtin_path, read_jsonl  # noqa: E402
 
 
@@ -129,9 +129,17 @@ def main() -> None:
         _spectune_run(url, args.model, prompts, args)
         ours, theirs = [], []
         for i in range(args.runs):
-            ours.append(_spectune_run(url, args.model, prompts, args))
+            # Alternate who goes first, and start each run from an empty prefix cache, so
+            # neither client inherits the other's warm state.
             out = work / f"bench-{i}.json"
-            theirs.append(_vllm_bench_run(url, args.model, args.tokenizer, dataset, out, args))
+            for who in ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours"):
+                asyncio.run(reset_prefix_cache(url))
+                if who == "ours":
+                    ours.append(_spectune_run(url, args.model, prompts, args))
+                else:
+                    theirs.append(
+                        _vllm_bench_run(url, args.model, args.tokenizer, dataset, out, args)
+                    )
             print(f"run {i}: spectune {ours[-1]['output_tok_per_s']:.1f} tok/s, "
                   f"TPOT {ours[-1]['mean_tpot_ms']:.2f} ms | vllm bench "
                   f"{theirs[-1]['output_tok_per_s']:.1f} tok/s, "

@@ -68,6 +68,10 @@ class _Progress:
 
     def start(self, number: int, params: dict[str, Any]) -> None:
         el = time.monotonic() - self.t0
+        if params.get("confirm"):
+            msg = f"confirming trial {number}: {_params_text(params)} (second launch) ..."
+            print(f"{self._bar(self.n)}  {el:6.0f}s  {msg}", file=sys.stderr, flush=True)
+            return
         print(
             f"{self._bar(number)}  {el:6.0f}s  trial {number}: {_params_text(params)} "
             f"max_num_seqs={params['max_num_seqs']} ...",
@@ -76,6 +80,10 @@ class _Progress:
         )
 
     def done(self, ev) -> None:  # noqa: ANN001
+        if ev.state == "confirmed":
+            print(f"{self._bar(self.n)}  trial {ev.number} confirmed in {ev.seconds:.0f}s: "
+                  f"{ev.summary}", file=sys.stderr, flush=True)  # fmt: skip
+            return
         print(
             f"{self._bar(ev.number + 1)}  trial {ev.number} {ev.state} in {ev.seconds:.0f}s: "
             f"{ev.summary}",

@@ -107,7 +107,9 @@ async def stream_completion(
         return RequestResult(ok=False, error=f"timeout after {timeout_s:g} s")
     except (aiohttp.ClientError, json.JSONDecodeError) as e:
         return RequestResult(ok=False, error=f"{type(e).__name__}: {e}"[:200])
-    e2e = time.perf_counter() - t0
+    # End-to-end ends at the last token, as vLLM's own benchmark counts it: the usage chunk
+    # and [DONE] that follow carry no token.
+    e2e = last - t0
     if not done:
         return RequestResult(ok=False, error="stream ended before [DONE]")
     if ttft is None:
