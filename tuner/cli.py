@@ -352,12 +352,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from tuner.space import SpaceError, load_space
-    from tuner.study import load_prompts
+    from tuner.study import load_all_prompts
     from tuner.workloads import WorkloadError
 
     try:
         space = load_space(args.space)
-        n = len(load_prompts(space))
+        n = sum(len(p) for p in load_all_prompts(space).values())
     except (SpaceError, WorkloadError) as e:
         _err(str(e))
         return EXIT_INPUT

@@ -18,14 +18,8 @@ class ExportError(LookupError):
     pass
 
 
-def _config(p: Point) -> EngineConfig:
-    d = dict(p.engine_config)
-    d["extra_args"] = tuple(d.get("extra_args") or ())
-    return EngineConfig(**d)
-
-
 def export_point(p: Point, fmt: str) -> str:
-    cfg = _config(p)
+    cfg = EngineConfig.from_dict(p.engine_config)
     if fmt == "vllm-json":
         # Only the object that goes after --speculative-config; null when the baseline wins.
         return json.dumps(cfg.speculative_config, separators=(", ", ": "))

@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 import yaml
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tuner.engines import EngineConfig, EngineLaunchError, VLLMServer
 from tuner.loadgen import LoadError, greedy_token_ids, measure, reset_prefix_cache
@@ -46,7 +47,7 @@ __all__ = [
     "PreflightError",
     "TrialEvent",
     "create_job",
-    "load_prompts",
+    "load_all_prompts",
     "preflight",
     "run_job",
     "sample_candidate",
@@ -123,12 +124,6 @@ class JobCancelled(RuntimeError):
 
 def study_name_for(job_id: int) -> str:
     return f"spectune-job-{job_id}"
-
-
-def load_prompts(space: SearchSpace) -> list[Prompt]:
-    wl = space.workload
-    path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
-    return read_jsonl(path)
 
 
 def create_job(
@@ -773,6 +768,10 @@ class _Objective:
                 job.engine_launches += 1
             job.engine_startup_s += startup_s
 
+    def _trial_row(self, s: Session, number: int) -> TrialModel:
+        q = select(TrialModel).where(TrialModel.job_id == self.job_id, TrialModel.number == number)
+        return s.scalars(q).one()
+
     def confirm(self) -> list[int]:
         """Re-launch the best front configurations (and the baseline) and measure them
         again; their stored numbers become the confirmed ones, the search's are kept under
@@ -798,14 +797,8 @@ class _Objective:
             if self.control.cancelled:
                 break
             with session_scope(self.url) as s:
-                row = s.scalars(
-                    select(TrialModel).where(
-                        TrialModel.job_id == self.job_id, TrialModel.number == number
-                    )
-                ).one()
-                ecfg = dict(row.engine_config)
-            ecfg["extra_args"] = tuple(ecfg.get("extra_args") or ())
-            cfg = EngineConfig(**ecfg)
+                row = self._trial_row(s, number)
+                cfg = EngineConfig.from_dict(row.engine_config)
             log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"confirm-{number}.log"
             if self.on_start:
                 self.on_start(number, {"confirm": True, **row.params})
@@ -816,11 +809,7 @@ class _Objective:
                 log.warning("confirmation of trial %s failed: %s", number, e)
                 continue
             with session_scope(self.url) as s:
-                row = s.scalars(
-                    select(TrialModel).where(
-                        TrialModel.job_id == self.job_id, TrialModel.number == number
-                    )
-                ).one()
+                row = self._trial_row(s, number)
                 new = {(m["workload"], m["concurrency"]): m for m in ms}
                 for mrow in row.measurements:
                     m = new.get((mrow.workload, mrow.concurrency))

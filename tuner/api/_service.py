@@ -39,7 +39,7 @@ from tuner.api.schemas import (
 from tuner.api.settings import ServiceSettings
 from tuner.space import SearchSpace, SpaceError, parse_space
 from tuner.storage import JobModel, StorageError, session_scope, utcnow
-from tuner.study import JobNotFound, create_job, load_prompts, space_of_job, study_name_for
+from tuner.study import JobNotFound, create_job, load_all_prompts, space_of_job, study_name_for
 from tuner.workloads import WorkloadError
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpa
     except SpaceError as e:
         raise space_error(e, ("body", where)) from None
     try:
-        load_prompts(space)  # a workload file that cannot be read is bad input, too
+        load_all_prompts(space)  # a workload file that cannot be read is bad input, too
     except WorkloadError as e:
         raise field_error(("body", where, "workload"), str(e)) from None
     return space, text

@@ -29,6 +29,11 @@ class EngineConfig:
     dtype: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EngineConfig:
+        """Inverse of ``to_dict`` (stored as JSON, so the tuple came back as a list)."""
+        return cls(**{**d, "extra_args": tuple(d.get("extra_args") or ())})
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["extra_args"] = list(self.extra_args)
