@@ -106,7 +106,13 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
 def _report_text(rep) -> str:  # noqa: ANN001
     from tuner.export import export_point
 
-    lines = [
+    lines = []
+    if rep.replay_surface is not None:
+        lines.append(
+            f"REPLAY: every number below was answered from the recorded surface "
+            f"{rep.replay_surface}; no engine ran in this job (search benchmarking only)."
+        )
+    lines += [
         f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
         f"SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
@@ -147,11 +153,20 @@ def _report_text(rep) -> str:  # noqa: ANN001
     if rep.winner is None:
         lines.append("No configuration is feasible under the SLO: nothing to export.")
         return "\n".join(lines)
+    if rep.replay_surface is not None:
+        return "\n".join(lines)
     lines.append("")
     lines.append("Winner --speculative-config:")
     lines.append(export_point(rep.winner, "vllm-json"))
     lines.append("Winner command line:")
     lines.append(export_point(rep.winner, "vllm-cli"))
+    from tuner.export import depth_schedule
+
+    sched = depth_schedule(rep)
+    if sched is not None:
+        lines.append("The best depth differs by concurrency; as a batch-size schedule "
+                     "(export --format vllm-schedule-json):")
+        lines.append(export_point(rep.winner, "vllm-schedule-json", rep))
     return "\n".join(lines)
 
 
@@ -231,6 +246,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         launches = (f"{job.engine_launches} engine launches for the search, "
                     f"{job.confirm_launches} to confirm; {job.engine_startup_s:.0f} s starting "
                     "engines")  # fmt: skip
+        if space.engine.kind == "replay":
+            launches = (f"{job.engine_launches} configurations answered from the recorded "
+                        "surface; no engine was launched")  # fmt: skip
     print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})\n")
     print(_report_text(rep))
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
@@ -488,7 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="print the winning configuration")
     p.add_argument("job_id", type=int)
-    p.add_argument("--format", default="vllm-json", choices=["vllm-json", "vllm-cli"])
+    p.add_argument("--format", default="vllm-json",
+                   choices=["vllm-json", "vllm-cli", "vllm-schedule-json"])
     p.add_argument("--workload", help="workload name (default: the job's first)")
     p.add_argument("--concurrency", type=int, help="level (default: the objective level)")
     p.add_argument("--slo-p99-tpot-ms", type=float, help="re-evaluate under this SLO")

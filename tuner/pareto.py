@@ -169,6 +169,7 @@ class Report:
     verdicts: dict[int, list[Verdict]]
     crossover: dict[int, int | None]
     baseline_by_conc: dict[int, dict[str, Any]]
+    replay_surface: str | None = None  # set when the job replayed a recorded surface
 
     def speedup(self, p: Point) -> float | None:
         if self.baseline is None or not self.baseline.metrics.get("output_tok_per_s"):
@@ -243,4 +244,5 @@ def job_report(
     return Report(
         job_id, wl, conc, limits, objectives, points, front, base,
         select_winner(front, objectives), vd, cross, base_by_conc,
+        space.resolve(space.engine.surface) if space.engine.kind == "replay" else None,
     )  # fmt: skip

@@ -120,7 +120,12 @@ class Methods(_Strict):
 class EngineSpec(_Strict):
     """How to launch the engine; per preset, because what pays differs by hardware."""
 
-    kind: Literal["vllm"] = "vllm"
+    kind: Literal["vllm", "replay"] = Field(
+        "vllm",
+        description="replay answers trials from a recorded surface file: for benchmarking "
+        "the search only, never a measurement of this job.",
+    )
+    surface: str | None = Field(None, description="kind replay: the surface file to answer from")
     model: str
     served_model_name: str = "target"
     max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 512
@@ -138,6 +143,14 @@ class EngineSpec(_Strict):
     device: Literal["cpu", "cuda"] = "cpu"
     startup_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 300.0
     extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _surface_for_replay(self) -> EngineSpec:
+        if self.kind == "replay" and not self.surface:
+            raise ValueError("kind replay needs surface: the recorded surface file")
+        if self.kind != "replay" and self.surface is not None:
+            raise ValueError("surface applies only to kind: replay")
+        return self
 
 
 class WorkloadSpec(_Strict):
@@ -186,6 +199,11 @@ class MeasurementSpec(_Strict):
         2, description="Front configurations re-launched and re-measured at the end of the job."
     )
     reset_prefix_cache: bool = True
+    prune: bool = Field(
+        True,
+        description="Stop a trial after its objective point when a feasible trial already "
+        "beats it on every objective beyond both 95% intervals.",
+    )
 
 
 class LosslessSpec(_Strict):
@@ -269,6 +287,11 @@ class SearchSpace(_Strict):
         default_factory=_default_objectives
     )
     start_with: list[StartPoint] = Field(default_factory=list)
+    warm_start: Annotated[int, Field(ge=0, le=20)] = Field(
+        0,
+        description="Enqueue the best N configurations of earlier finished jobs on the same "
+        "target, engine and hardware (after the baseline and start_with).",
+    )
     trials: Annotated[int, Field(ge=1, le=10_000)] = 8
     seed: int = 0
     base_dir: Path = Field(default=Path("."), exclude=True)

@@ -10,7 +10,6 @@ workload.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import threading
@@ -28,6 +27,7 @@ from sqlalchemy.orm import Session
 from tuner.engines import EngineConfig, EngineLaunchError, VLLMServer
 from tuner.loadgen import LoadError, greedy_token_ids, measure, reset_prefix_cache
 from tuner.metrics import Measurement
+from tuner.preflight import PreflightError, preflight
 from tuner.space import SearchSpace, WorkloadSpec, parse_space
 from tuner.stats import aggregate, noise_score, relative_mad
 from tuner.storage import (
@@ -63,10 +63,6 @@ LOG_TAIL_CHARS = 4000
 
 class JobNotFound(LookupError):
     pass
-
-
-class PreflightError(ValueError):
-    """A candidate refused before any engine time is spent."""
 
 
 class TrialFailed(RuntimeError):
@@ -134,6 +130,7 @@ def create_job(
     load_all_prompts(space)  # refuse a bad workload now, not after the first launch
     data = space.model_dump(mode="json")
     data["base_dir"] = str(space.base_dir)
+    data["hardware"] = hardware_fingerprint(space.engine.device)
     with session_scope(url) as s:
         job = JobModel(
             name=space.name,
@@ -165,7 +162,38 @@ def create_job(
 def space_of_job(job: JobModel) -> SearchSpace:
     data = dict(job.space)
     base = Path(data.pop("base_dir", "."))
+    data.pop("hardware", None)
     return parse_space(data, base_dir=base, source=f"(job {job.job_id})")
+
+
+def hardware_fingerprint(device: str) -> str:
+    """What a warm start must match: CPU model and count, and the accelerator's name."""
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out = f"{cpu} x{os.cpu_count()}"
+    if device == "cuda":
+        import shutil
+        import subprocess
+
+        if shutil.which("nvidia-smi"):
+            try:
+                gpus = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                    capture_output=True, text=True, timeout=10, check=True,
+                ).stdout.strip().replace("\n", ", ")  # fmt: skip
+                out += f" / {gpus}"
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return f"{out} / {device}"
 
 
 # --------------------------------------------------------------------------- sampling
@@ -240,6 +268,77 @@ def start_params(space: SearchSpace) -> list[dict[str, Any]]:
     return out
 
 
+def config_to_params(c: dict[str, Any], space: SearchSpace) -> dict[str, Any] | None:
+    """A trial's ``params`` as Optuna parameters of ``space``; None when outside it."""
+    m = c.get("method")
+    if c.get("max_num_seqs") not in space.max_num_seqs:
+        return None
+    if c.get("memory_fraction") not in space.memory_fraction:
+        return None
+    d: dict[str, Any] = {"method": m, "max_num_seqs": c["max_num_seqs"],
+                         "memory_fraction": c["memory_fraction"]}  # fmt: skip
+    if m == "none":
+        return d
+    spec = getattr(space.methods, m, None) if m in ("ngram", "draft_model") else None
+    if spec is None:
+        return None
+    k = c.get("num_speculative_tokens")
+    if k not in spec.num_speculative_tokens.values():
+        return None
+    d[f"{m}.num_speculative_tokens"] = k
+    if m == "ngram":
+        lo, hi = c.get("prompt_lookup_min"), c.get("prompt_lookup_max")
+        if lo not in spec.prompt_lookup_min.values() or hi not in spec.prompt_lookup_max.values():
+            return None
+        d["ngram.prompt_lookup_min"], d["ngram.prompt_lookup_max"] = lo, hi
+    else:
+        if c.get("draft") not in spec.drafts:
+            return None
+        d["draft_model.draft"] = c["draft"]
+    return d
+
+
+def warm_start_params(url: str, job_id: int, space: SearchSpace) -> list[dict[str, Any]]:
+    """The best configurations of earlier succeeded jobs on the same target, engine kind,
+    device and hardware, that lie in this space (best first)."""
+    from tuner.pareto import _score, job_report
+
+    if space.warm_start <= 0:
+        return []
+    me = (space.resolve(space.engine.model), space.engine.kind,
+          hardware_fingerprint(space.engine.device))  # fmt: skip
+    with session_scope(url) as s:
+        earlier = []
+        for j in s.scalars(
+            select(JobModel)
+            .where(JobModel.job_id != job_id, JobModel.state == "succeeded")
+            .order_by(JobModel.job_id.desc())
+        ):
+            try:
+                js = space_of_job(j)
+            except Exception:
+                continue  # a job stored by an older schema: not a safe hint
+            key = (js.resolve(js.engine.model), js.engine.kind, j.space.get("hardware"))
+            if key == me and js.engine.kind != "replay":
+                earlier.append(j.job_id)
+    ranked: list[tuple[float, dict[str, Any]]] = []
+    for jid in earlier:
+        rep = job_report(url, jid)
+        name, direction = rep.objectives[0]
+        sign = -1.0 if direction == "maximize" else 1.0
+        for p in rep.front:
+            if p.method != "none":
+                ranked.append((sign * _score(p, name), p.params))
+    out: list[dict[str, Any]] = []
+    for _, c in sorted(ranked, key=lambda x: x[0]):
+        d = config_to_params(c, space)
+        if d is not None and d not in out:
+            out.append(d)
+        if len(out) >= space.warm_start:
+            break
+    return out
+
+
 def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, Any] | None:
     method = params["method"]
     if method == "none":
@@ -269,55 +368,6 @@ def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
         dtype=e.dtype,
         extra_args=tuple(e.extra_args),
     )
-
-
-# --------------------------------------------------------------------------- pre-flight
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PreflightError(f"{what}: {path} not found") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise PreflightError(f"{what}: cannot read {path}: {e}") from None
-
-
-def _vocab(model_dir: Path, what: str) -> tuple[int, dict[str, int] | None]:
-    cfg = _read_json(model_dir / "config.json", what)
-    size = cfg.get("vocab_size")
-    if not isinstance(size, int):
-        raise PreflightError(f"{what}: {model_dir}/config.json has no vocab_size")
-    tok = model_dir / "tokenizer.json"
-    vocab = None
-    if tok.exists():
-        vocab = _read_json(tok, what).get("model", {}).get("vocab")
-    return size, vocab
-
-
-def preflight(cfg: EngineConfig) -> None:
-    """Checks that cost milliseconds and save a doomed engine launch."""
-    target = Path(cfg.model)
-    if not target.is_dir():
-        # A hub id would need network access; on an offline machine it cannot load.
-        raise PreflightError(f"engine.model: {cfg.model} is not a local model folder")
-    t_size, t_vocab = _vocab(target, "engine.model")
-    spec = cfg.speculative_config
-    if spec and spec["method"] == "draft_model":
-        draft = Path(spec["model"])
-        if not draft.is_dir():
-            raise PreflightError(f"methods.draft_model.drafts: {draft} is not a local folder")
-        d_size, d_vocab = _vocab(draft, "methods.draft_model.drafts")
-        if d_size != t_size:
-            raise PreflightError(
-                f"methods.draft_model.drafts: draft vocab_size {d_size} != target {t_size}; "
-                "draft and target must share a vocabulary"
-            )
-        if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
-            raise PreflightError(
-                "methods.draft_model.drafts: draft and target tokenizers map tokens to "
-                "different ids; draft and target must share a tokenizer"
-            )
 
 
 # --------------------------------------------------------------------------- measuring
@@ -391,14 +441,79 @@ def _measure_point(
 
 
 def _measure_all(
-    server: VLLMServer, space: SearchSpace, prompts: dict[str, list[Prompt]]
+    server: VLLMServer,
+    space: SearchSpace,
+    prompts: dict[str, list[Prompt]],
+    after_primary: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every workload x every concurrency level on one running engine (no restart)."""
+    """Every workload x every concurrency level on one running engine (no restart). The
+    objective point is measured first: ``after_primary`` may stop the rest (pruning)."""
+    wls = {wl.name: wl for wl in space.all_workloads}
+    order = [(space.primary_workload, space.primary_concurrency)] + [
+        (wl.name, level)
+        for wl in space.all_workloads
+        for level in space.concurrency
+        if (wl.name, level) != (space.primary_workload, space.primary_concurrency)
+    ]
     out = []
-    for wl in space.all_workloads:
-        for level in space.concurrency:
-            out.append(_measure_point(server, space, wl, prompts[wl.name], level))
+    for name, level in order:
+        out.append(_measure_point(server, space, wls[name], prompts[name], level))
+        if len(out) == 1 and after_primary is not None:
+            evidence = after_primary(out[0])
+            if evidence is not None:
+                raise _Pruned(evidence, out)
     return out
+
+
+class _Pruned(Exception):
+    """The objective point is clearly dominated: the trial stops with what it measured."""
+
+    def __init__(self, evidence: str, measurements: list[dict[str, Any]]) -> None:
+        super().__init__(evidence)
+        self.evidence = evidence
+        self.measurements = measurements
+        self.extra: dict[str, Any] = {}
+
+
+def _bound(m: dict[str, Any], name: str, which: str) -> float | None:
+    st = (m.get("stats") or {}).get(name)
+    if st and st.get("n", 1) >= 2:
+        return st[which]
+    return m.get(name)
+
+
+def dominated_by(
+    m: dict[str, Any], other: dict[str, Any], objectives: list[tuple[str, str]]
+) -> bool:
+    """True when ``other`` beats ``m`` on every objective even with ``m`` at the favourable
+    end of its 95% interval and ``other`` at its unfavourable end (strictly on one)."""
+    strict = False
+    for name, direction in objectives:
+        hi, lo = ("ci95_high", "ci95_low") if direction == "maximize" else ("ci95_low",
+                                                                            "ci95_high")
+        mine, theirs = _bound(m, name, hi), _bound(other, name, lo)
+        if mine is None or theirs is None:
+            return False
+        if direction == "maximize":
+            if theirs < mine:
+                return False
+            strict = strict or theirs > mine
+        else:
+            if theirs > mine:
+                return False
+            strict = strict or theirs < mine
+    return strict
+
+
+def _interval_text(m: dict[str, Any], objectives: list[tuple[str, str]]) -> str:
+    parts = []
+    for name, _ in objectives:
+        lo, hi = _bound(m, name, "ci95_low"), _bound(m, name, "ci95_high")
+        if lo is None or hi is None:
+            parts.append(f"{name} {m.get(name)}")
+        else:
+            parts.append(f"{name} {m.get(name, float('nan')):.2f} [{lo:.2f}-{hi:.2f}]")
+    return ", ".join(parts)
 
 
 def constraint_values(m: dict[str, Any], slo: dict[str, float]) -> dict[str, float]:
@@ -503,6 +618,7 @@ class _Objective:
         self.launcher = launcher
         self.work_dir, self.prompts, self.n_trials = work_dir, prompts, n_trials
         self.on_trial, self.on_start = on_trial, on_start
+        self._replay_engine: Any = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         if self.control.cancelled:
@@ -527,7 +643,7 @@ class _Objective:
             trial_id = row.trial_id
         trial.set_user_attr("spectune_trial_id", trial_id)
         try:
-            measurements, extra = self._run(trial, cfg)
+            measurements, extra = self._run(trial, cfg, params)
             primary = next(
                 m
                 for m in measurements
@@ -545,10 +661,39 @@ class _Objective:
             self._finish(trial_id, "fail", reason=e.reason, detail=e.detail)
             self._emit(trial.number, "fail", params, t0, f"{e.reason}")
             raise
+        except _Pruned as e:
+            self._store(trial_id, e.measurements, e.extra, state="pruned")
+            self._finish(trial_id, "pruned", reason="pruned", detail=e.evidence)
+            self._emit(trial.number, "pruned", params, t0, e.evidence)
+            raise optuna.TrialPruned(e.evidence) from None
         except BaseException as e:  # interrupted: keep the record honest
             reason = "cancelled" if isinstance(e, JobCancelled) else "interrupted"
             self._finish(trial_id, "fail", reason=reason, detail=repr(e))
             raise
+        self._store(trial_id, measurements, extra, state="complete")
+        acc = primary.get("acceptance_rate")
+        rate = extra.get("lossless_match_rate")
+        self._emit(
+            trial.number,
+            "complete",
+            params,
+            t0,
+            f"{primary['output_tok_per_s']:.1f} tok/s, p99 TPOT "
+            f"{primary.get('p99_tpot_ms') or float('nan'):.2f} ms"
+            + (f", acceptance {acc:.1%}" if acc is not None else "")
+            + (f", greedy match {rate:.0%}" if rate is not None else "")
+            + (" (noisy)" if primary.get("noisy") else "")
+            + (
+                f" (reused trial {extra['reused_from']})"
+                if extra.get("reused_from") is not None
+                else ""
+            ),
+        )
+        return values
+
+    def _store(
+        self, trial_id: int, measurements: list[dict], extra: dict[str, Any], *, state: str
+    ) -> None:
         with session_scope(self.url) as s:
             row = s.get(TrialModel, trial_id)
             assert row is not None
@@ -570,27 +715,43 @@ class _Objective:
             row.peak_rss_mb = extra.get("peak_rss_mb")
             row.greedy_token_ids = extra.get("greedy_token_ids")
             row.lossless_match_rate = extra.get("lossless_match_rate")
-            row.state = "complete"
+            row.state = state
             row.finished_at = utcnow()
-        acc = primary.get("acceptance_rate")
-        rate = extra.get("lossless_match_rate")
-        self._emit(
-            trial.number,
-            "complete",
-            params,
-            t0,
-            f"{primary['output_tok_per_s']:.1f} tok/s, p99 TPOT "
-            f"{primary.get('p99_tpot_ms') or float('nan'):.2f} ms"
-            + (f", acceptance {acc:.1%}" if acc is not None else "")
-            + (f", greedy match {rate:.0%}" if rate is not None else "")
-            + (" (noisy)" if primary.get("noisy") else "")
-            + (
-                f" (reused trial {extra['reused_from']})"
-                if extra.get("reused_from") is not None
-                else ""
-            ),
-        )
-        return values
+
+    def _prune_check(self, m: dict[str, Any]) -> str | None:
+        """Evidence that the objective point is clearly dominated by a feasible trial
+        already measured in this job, or None. (Optuna's pruners take one intermediate value
+        and do not support multi-objective studies, so the rule is ours: 95% intervals.)"""
+        from tuner.pareto import feasible
+
+        objectives = [(o.metric, o.resolved_direction) for o in self.space.objectives]
+        limits = self.space.slo.limits()
+        ll = self.space.lossless
+        with session_scope(self.url) as s:
+            rows = s.scalars(
+                select(TrialModel).where(
+                    TrialModel.job_id == self.job_id,
+                    TrialModel.state == "complete",
+                    TrialModel.reused_from.is_(None),
+                )
+            ).all()
+            others = []
+            for r in rows:
+                for om in r.measurements:
+                    if (om.workload, om.concurrency) == (self.space.primary_workload,
+                                                         self.space.primary_concurrency):
+                        others.append((r.number, dict(om.metrics), r.lossless_match_rate))
+        for number, om, rate in others:
+            ok, _ = feasible(om, limits, lossless_match_rate=rate,
+                             min_match_rate=ll.min_match_rate if ll.enabled else None)
+            if ok and dominated_by(m, om, objectives):
+                return (
+                    f"pruned after concurrency {self.space.primary_concurrency}: "
+                    f"{_interval_text(m, objectives)} is dominated by trial {number} "
+                    f"({_interval_text(om, objectives)}) even at the favourable end of its 95% "
+                    "interval; the other levels and the lossless check were skipped"
+                )  # fmt: skip
+        return None
 
     def _emit(self, number: int, state: str, params: dict, t0: float, summary: str) -> None:
         if self.on_trial:
@@ -633,11 +794,13 @@ class _Objective:
                     TrialModel.job_id == self.job_id,
                     TrialModel.engine_key == key,
                     TrialModel.number < number,
-                    TrialModel.state.in_(["complete", "fail"]),
+                    TrialModel.state.in_(["complete", "fail", "pruned"]),
                     TrialModel.reused_from.is_(None),
                 )
                 .order_by(TrialModel.number)
             ).all()
+            # An interrupted or cancelled trial says nothing about its configuration.
+            rows = [r for r in rows if r.fail_reason not in ("interrupted", "cancelled")]
             for r in rows:
                 _ = r.measurements  # load while the session is open
             return rows[-1] if rows else None
@@ -671,10 +834,17 @@ class _Objective:
             out["lossless_match_rate"] = lossless_match(ref, ids) if ref is not None else None
         return out
 
-    def _run(self, trial: optuna.Trial, cfg: EngineConfig) -> tuple[list[dict], dict]:
+    def _run(
+        self, trial: optuna.Trial, cfg: EngineConfig, params: dict[str, Any]
+    ) -> tuple[list[dict], dict]:
         prev = self._previous(cfg.key(), trial.number)
         if prev is not None:
             # The same engine configuration was already measured in this job: reuse, no launch.
+            if prev.state == "pruned":
+                p = _Pruned(f"same configuration as trial {prev.number}, pruned: "
+                            f"{prev.fail_detail}", [dict(m.metrics) for m in prev.measurements])
+                p.extra = {"reused_from": prev.number}
+                raise p  # fmt: skip
             if prev.state == "fail":
                 raise TrialFailed(
                     prev.fail_reason or "crash",
@@ -688,19 +858,55 @@ class _Objective:
                 "peak_rss_mb": prev.peak_rss_mb,
                 "lossless_match_rate": prev.lossless_match_rate,
             }
+        if self.space.engine.kind == "replay":
+            return self._replay(params)
         try:
             preflight(cfg)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
         log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"trial-{trial.number}.log"
         try:
-            return self.launch_and_measure(cfg, log_path)
+            return self.launch_and_measure(cfg, log_path, prune=self.space.measurement.prune)
         except TrialFailed:
             self._finish_log(trial, log_path)
             raise
 
+    def _replay(self, params: dict[str, Any]) -> tuple[list[dict], dict]:
+        """Benchmarking the search: the trial's numbers come from a recorded surface."""
+        from tuner.engines import ReplayEngine, ReplayMiss
+
+        if self._replay_engine is None:
+            self._replay_engine = ReplayEngine.open(self.space.resolve(self.space.engine.surface))
+        first = (self.space.primary_workload, self.space.primary_concurrency)
+        levels = [first] + [
+            (wl.name, c)
+            for wl in self.space.all_workloads
+            for c in self.space.concurrency
+            if (wl.name, c) != first
+        ]
+        try:
+            ms, extra = self._replay_engine.measure(params, levels)
+        except ReplayMiss as e:
+            raise TrialFailed("not_recorded", str(e)) from None
+        except EngineLaunchError as e:
+            raise TrialFailed(e.reason, f"{e.message}\n{e.log_tail}") from None
+        self._count_launch(extra.get("startup_s") or 0.0)
+        if self.space.measurement.prune and params["method"] != "none":
+            evidence = self._prune_check(ms[0])  # levels start with the objective point
+            if evidence is not None:
+                p = _Pruned(evidence, ms[:1])
+                p.extra = {k: extra.get(k) for k in ("startup_s", "kv_cache_tokens")}
+                raise p
+        return ms, extra
+
     def launch_and_measure(
-        self, cfg: EngineConfig, log_path: Path, *, lossless: bool = True, confirm: bool = False
+        self,
+        cfg: EngineConfig,
+        log_path: Path,
+        *,
+        lossless: bool = True,
+        confirm: bool = False,
+        prune: bool = False,
     ) -> tuple[list[dict], dict]:
         """One engine launch measuring every workload and level (and the lossless set)."""
         server = VLLMServer(
@@ -719,7 +925,8 @@ class _Objective:
                 sampler.start()
                 extra["kv_cache_tokens"] = kv_cache_tokens(server.log_tail(200_000))
                 try:
-                    ms = _measure_all(server, self.space, self.prompts)
+                    hook = self._prune_check if (prune and cfg.speculative_config) else None
+                    ms = _measure_all(server, self.space, self.prompts, hook)
                     if lossless:
                         extra.update(self._lossless(server, cfg))
                 except (LoadError, OSError) as e:
@@ -731,6 +938,10 @@ class _Objective:
                     raise TrialFailed(
                         "crash", "engine died during measurement\n" + server.log_tail()
                     )
+        except _Pruned as e:
+            e.extra = {"startup_s": server.startup_s, "log_path": str(log_path),
+                       "kv_cache_tokens": extra.get("kv_cache_tokens")}  # fmt: skip
+            raise
         except (EngineLaunchError, TrialFailed) as e:
             if self.control.cancelled:
                 raise JobCancelled("job cancelled while its engine ran") from None
@@ -779,8 +990,8 @@ class _Objective:
         from tuner.pareto import _score, job_report
 
         k = self.space.measurement.confirm_top
-        if k <= 0:
-            return []
+        if k <= 0 or self.space.engine.kind == "replay":
+            return []  # a replay has nothing to re-launch
         rep = job_report(self.url, self.job_id)
         name, direction = rep.objectives[0]
         sign = -1.0 if direction == "maximize" else 1.0
@@ -876,6 +1087,8 @@ def run_job(
     if not study.trials:
         study.enqueue_trial(baseline_params(space))
         for params in start_params(space):
+            study.enqueue_trial(params, skip_if_exists=True)
+        for params in warm_start_params(url, job_id, space):
             study.enqueue_trial(params, skip_if_exists=True)
     objective = _Objective(
         url, job_id, space, work_dir, prompts, n_trials, on_trial, on_start, launcher, control

@@ -343,6 +343,8 @@ async function jobPage(gen, jobId) {
             (w.speedup ? ` (${w.speedup.toFixed(2)}× the baseline)` : "")
              : " · nothing is feasible under this SLO")
         : "No measured trials yet.";
+      if (rep.replay_surface) summary.textContent = `REPLAY of the recorded surface ${rep.replay_surface}: ` +
+        "no number here was measured by this job (search benchmarking only). " + summary.textContent;
       if ((w?.trial_number ?? null) !== winner) { winner = w?.trial_number ?? null; loadExports(rep, w); }
     } catch (err) {
       if (err instanceof ApiError && err.status === 422) sloErr.textContent = fieldErrors(err).join("; ");

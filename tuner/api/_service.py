@@ -522,6 +522,7 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
         baseline_trial=main.baseline.trial_number if main.baseline else None,
         winner_trial=main.winner.trial_number if main.winner else None,
         round_cost=_round_cost(main, configs),
+        replay_surface=main.replay_surface,
     )
 
 
@@ -538,6 +539,12 @@ def export_winner(url: str, job_id: int, fmt: str, q: ReportQuery) -> ExportPubl
     space = _space(url, job_id)
     wl, conc, slo = _resolve_query(space, q)
     rep = job_report(url, job_id, workload=wl, concurrency=conc, slo=slo)
+    if rep.replay_surface is not None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job {job_id} replayed the recorded surface {rep.replay_surface} to benchmark the "
+            "search; nothing was measured in it: nothing to export",
+        )
     if rep.winner is None:
         raise HTTPException(
             status.HTTP_409_CONFLICT,

@@ -213,6 +213,11 @@ class ParetoPublic(_Frozen):
         default_factory=list,
         description="round-cost verdict of every speculative trial at every concurrency",
     )
+    replay_surface: str | None = Field(
+        None,
+        description="set when the job replayed a recorded surface (search benchmarking): "
+        "no number here was measured by this job",
+    )
 
 
 class ExportPublic(_Frozen):

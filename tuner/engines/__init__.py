@@ -1,6 +1,7 @@
 """Engine backends. Only this package imports or launches an inference engine."""
 
 from tuner.engines._base import FAIL_REASONS, EngineConfig, EngineLaunchError, FailReason
+from tuner.engines._replay import ReplayEngine, ReplayMiss
 from tuner.engines._vllm import (
     VLLMServer,
     build_argv,
@@ -16,6 +17,8 @@ __all__ = [
     "EngineConfig",
     "EngineLaunchError",
     "FailReason",
+    "ReplayEngine",
+    "ReplayMiss",
     "VLLMServer",
     "build_argv",
     "build_env",

@@ -1,0 +1,289 @@
+"""Pre-flight checks: refuse a doomed candidate in milliseconds instead of an engine launch.
+
+Each check reads only small files (``config.json``, ``tokenizer.json``, safetensors headers):
+- the target is a local folder (an offline machine cannot fetch a hub id);
+- a draft model shares the target's vocabulary size and token ids;
+- an EAGLE / EAGLE-3 head fits its target: hidden size, vocabulary, and the shape of its
+  ``fc`` layer (2x hidden for EAGLE, 3x for EAGLE-3);
+- MTP is asked only of a checkpoint with MTP layers, at a depth it has layers for;
+- a memory lower bound (weights of target and draft + KV cache for ``max_model_len`` tokens
+  at ``max_num_seqs`` sequences) fits the memory the engine is given.
+Every refusal names the field of the search space it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.engines import EngineConfig
+
+__all__ = [
+    "MemoryEstimate",
+    "PreflightError",
+    "device_memory_bytes",
+    "estimate_memory",
+    "preflight",
+]
+
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
+
+
+class PreflightError(ValueError):
+    """A candidate refused before any engine time is spent; the message names the field."""
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PreflightError(f"{what}: {path} not found") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PreflightError(f"{what}: cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise PreflightError(f"{what}: {path} is not a JSON object")
+    return data
+
+
+def _vocab(model_dir: Path, cfg: dict[str, Any], what: str) -> tuple[int, dict | None]:
+    size = cfg.get("vocab_size")
+    if not isinstance(size, int):
+        raise PreflightError(f"{what}: {model_dir}/config.json has no vocab_size")
+    tok = model_dir / "tokenizer.json"
+    vocab = _read_json(tok, what).get("model", {}).get("vocab") if tok.exists() else None
+    return size, vocab
+
+
+def safetensors_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
+    """Tensor name -> (shape, dtype) from every safetensors header (no weights read)."""
+    out: dict[str, tuple[list[int], str]] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with f.open("rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                continue
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100_000_000:
+                continue
+            try:
+                header = json.loads(fh.read(n))
+            except json.JSONDecodeError:
+                continue
+        for name, meta in header.items():
+            if name != "__metadata__" and isinstance(meta, dict):
+                out[name] = (list(meta.get("shape", [])), str(meta.get("dtype", "")))
+    return out
+
+
+def _weights_bytes(model_dir: Path) -> int:
+    return sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+
+
+def _kv_bytes_per_token(cfg: dict[str, Any], dtype: str | None, layers: int | None = None) -> int:
+    """2 (K and V) x layers x KV heads x head dim x bytes per element."""
+    n_layers = layers if layers is not None else cfg.get("num_hidden_layers")
+    heads = cfg.get("num_attention_heads")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    hidden = cfg.get("hidden_size")
+    head_dim = cfg.get("head_dim") or (hidden // heads if hidden and heads else None)
+    if not all(isinstance(x, int) and x > 0 for x in (n_layers, kv_heads, head_dim)):
+        return 0
+    name = (dtype or cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16").lower()
+    return 2 * n_layers * kv_heads * head_dim * _DTYPE_BYTES.get(name, 2)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights_bytes: int
+    kv_cache_bytes: int
+    budget_bytes: int | None
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+
+
+def device_memory_bytes(device: str) -> int | None:
+    """Memory the fraction applies to: on CPU vLLM takes it from the first NUMA node (the
+    whole machine when there is none); on a GPU, the device's total. None: unknown."""
+    if device == "cpu":
+        node = Path("/sys/devices/system/node/node0/meminfo")
+        try:
+            for line in node.read_text().splitlines():
+                if "MemTotal:" in line:
+                    return int(line.split()[-2]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            import psutil
+
+            return int(psutil.virtual_memory().total)
+        except Exception:
+            return None
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.split()  # fmt: skip
+        return int(float(out[0]) * 2**20) if out else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def estimate_memory(cfg: EngineConfig, memory_bytes: int | None) -> MemoryEstimate:
+    """A lower bound: weights plus a full KV cache for every sequence at max_model_len."""
+    target = Path(cfg.model)
+    tcfg = _read_json(target / "config.json", "engine.model")
+    weights = _weights_bytes(target)
+    per_token = _kv_bytes_per_token(tcfg, cfg.dtype)
+    spec = cfg.speculative_config or {}
+    method = spec.get("method")
+    if method in ("draft_model", "eagle", "eagle3") and spec.get("model"):
+        d = Path(spec["model"])
+        if d.is_dir():
+            weights += _weights_bytes(d)
+            dcfg = _read_json(d / "config.json", "draft")
+            layers = 1 if method in ("eagle", "eagle3") else None
+            per_token += _kv_bytes_per_token(dcfg, cfg.dtype, layers)
+    elif method == "mtp":
+        per_token += _kv_bytes_per_token(tcfg, cfg.dtype, _mtp_layers(tcfg) or 0)
+    kv = per_token * cfg.max_model_len * cfg.max_num_seqs
+    if cfg.device == "cpu" and cfg.cpu_kvcache_gib is not None:
+        # The KV cache is set exactly; the fraction does not bound it.
+        return MemoryEstimate(weights, kv, cfg.cpu_kvcache_gib * 2**30 + weights)
+    budget = int(memory_bytes * cfg.memory_fraction) if memory_bytes else None
+    return MemoryEstimate(weights, kv, budget)
+
+
+def _mtp_layers(cfg: dict[str, Any]) -> int:
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers"):
+        v = cfg.get(key)
+        if isinstance(v, int):
+            return v
+    return 0
+
+
+def _check_draft(target: Path, tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
+    draft = Path(spec["model"])
+    field = "methods.draft_model.drafts"
+    if not draft.is_dir():
+        raise PreflightError(f"{field}: {draft} is not a local folder")
+    t_size, t_vocab = _vocab(target, tcfg, "engine.model")
+    d_size, d_vocab = _vocab(draft, _read_json(draft / "config.json", field), field)
+    if d_size != t_size:
+        raise PreflightError(
+            f"{field}: draft vocab_size {d_size} != target {t_size}; "
+            "draft and target must share a vocabulary"
+        )
+    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
+        raise PreflightError(
+            f"{field}: draft and target tokenizers map tokens to different ids; "
+            "draft and target must share a tokenizer"
+        )
+
+
+def _check_eagle(tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
+    method = spec["method"]
+    field = f"methods.{method}.heads"
+    head = Path(spec.get("model") or "")
+    if not head.is_dir():
+        raise PreflightError(f"{field}: {head} is not a local folder")
+    hcfg = _read_json(head / "config.json", field)
+    t_hidden = tcfg.get("hidden_size")
+    archs = " ".join(hcfg.get("architectures") or [])
+    if method == "eagle3" and "Eagle3" not in archs:
+        raise PreflightError(
+            f"{field}: {head} is not an EAGLE-3 head (architectures: {archs or 'none'})"
+        )
+    want_hidden = hcfg.get("target_hidden_size") or hcfg.get("hidden_size")
+    if t_hidden is not None and want_hidden != t_hidden:
+        raise PreflightError(
+            f"{field}: head expects target hidden size {want_hidden}, the target has "
+            f"{t_hidden}; an EAGLE head belongs to one target"
+        )
+    t_vocab = tcfg.get("vocab_size")
+    h_vocab = hcfg.get("draft_vocab_size") if method == "eagle3" else hcfg.get("vocab_size")
+    if method == "eagle3" and isinstance(h_vocab, int) and t_vocab and h_vocab > t_vocab:
+        raise PreflightError(f"{field}: draft_vocab_size {h_vocab} exceeds target {t_vocab}")
+    if method == "eagle" and isinstance(h_vocab, int) and t_vocab and h_vocab != t_vocab:
+        raise PreflightError(f"{field}: head vocab_size {h_vocab} != target {t_vocab}")
+    shapes = safetensors_shapes(head)
+    fc = next((v for k, v in shapes.items() if k.endswith("fc.weight")), None)
+    h_hidden = hcfg.get("hidden_size")
+    if fc is not None and isinstance(h_hidden, int) and isinstance(t_hidden, int):
+        inputs = 3 if method == "eagle3" else 2
+        want = [h_hidden, inputs * t_hidden]
+        if fc[0] != want:
+            raise PreflightError(
+                f"{field}: fc.weight has shape {fc[0]}, expected {want} ({inputs} x the "
+                f"target hidden size {t_hidden}); the head was trained for another target"
+            )
+
+
+def _check_mtp(tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
+    n = _mtp_layers(tcfg)
+    if n <= 0:
+        raise PreflightError(
+            "methods.mtp: the target checkpoint has no MTP layers (num_nextn_predict_layers); "
+            "MTP needs a checkpoint trained with them"
+        )
+    k = int(spec.get("num_speculative_tokens", 1))
+    if k > n:
+        raise PreflightError(
+            f"methods.mtp.num_speculative_tokens: {k} exceeds the checkpoint's {n} MTP layers"
+        )
+
+
+def preflight(cfg: EngineConfig, *, memory_bytes: int | None = -1) -> MemoryEstimate | None:
+    """Raise PreflightError for a candidate that cannot work; returns the memory estimate.
+
+    ``memory_bytes``: what the memory fraction applies to; -1 detects it, None skips the
+    memory check.
+    """
+    target = Path(cfg.model)
+    if not target.is_dir():
+        # A hub id would need network access; on an offline machine it cannot load.
+        raise PreflightError(f"engine.model: {cfg.model} is not a local model folder")
+    tcfg = _read_json(target / "config.json", "engine.model")
+    _vocab(target, tcfg, "engine.model")
+    spec = cfg.speculative_config or {}
+    method = spec.get("method")
+    if method == "draft_model":
+        _check_draft(target, tcfg, spec)
+    elif method in ("eagle", "eagle3"):
+        _check_eagle(tcfg, spec)
+    elif method == "mtp":
+        _check_mtp(tcfg, spec)
+    if memory_bytes == -1:
+        memory_bytes = device_memory_bytes(cfg.device)
+    if memory_bytes is None:
+        return None
+    est = estimate_memory(cfg, memory_bytes)
+    gib = 2**30
+    if not est.fits and cfg.device == "cpu" and cfg.cpu_kvcache_gib is not None:
+        raise PreflightError(
+            f"engine.cpu_kvcache_gib: {cfg.cpu_kvcache_gib} GiB is below the "
+            f"{est.kv_cache_bytes / gib:.2f} GiB of KV cache {cfg.max_num_seqs} sequences x "
+            f"{cfg.max_model_len} tokens need"
+        )
+    if not est.fits:
+        raise PreflightError(
+            f"memory_fraction: {cfg.memory_fraction} of {memory_bytes / gib:.2f} GiB is "
+            f"{(est.budget_bytes or 0) / gib:.2f} GiB, below the {est.total_bytes / gib:.2f} GiB "
+            f"this candidate needs at least (weights {est.weights_bytes / gib:.2f} GiB + KV cache "
+            f"{est.kv_cache_bytes / gib:.2f} GiB for {cfg.max_num_seqs} sequences x "
+            f"{cfg.max_model_len} tokens)"
+        )
+    return est
