@@ -40,6 +40,8 @@ def main() -> int:
     ap.add_argument("--db", default=None, help="default: a fresh SQLite file under .spectune/")
     ap.add_argument("--out", type=Path, default=Path("/tmp/walkthrough-job-page.png"))
     ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--job", type=int, help="skip submitting: walk through this finished job "
+                    "of --db (served without a worker)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -47,6 +49,8 @@ def main() -> int:
     db = args.db or f"sqlite:///{REPO / '.spectune' / f'walkthrough-{int(time.time())}.db'}"
     (REPO / ".spectune").mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "tuner.cli", "serve", "--db", db, "--port", str(port)]
+    if args.job is not None:
+        cmd.append("--no-worker")
     t0 = time.monotonic()
     log = (REPO / ".spectune" / "walkthrough-serve.log").open("wb")
     proc = subprocess.Popen(cmd, start_new_session=True, cwd=REPO, stdout=log, stderr=log)
@@ -71,16 +75,20 @@ def main() -> int:
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
 
-            page.goto(base + "/")
-            page.wait_for_selector("#preset option[value=tiny-cpu]", state="attached")
-            page.select_option("#preset", "tiny-cpu")
-            page.fill("#trials", str(args.trials))
-            page.wait_for_selector(f"#submit:has-text('{args.trials} trials')")
-            page.click("#submit")
-            page.wait_for_url("**/#/jobs/*")
-            job_id = int(page.url.rsplit("/", 1)[1])
-            say(t0, f"submitted the tiny-cpu preset with {args.trials} trials: job {job_id}")
-
+            if args.job is None:
+                page.goto(base + "/")
+                page.wait_for_selector("#preset option[value=tiny-cpu]", state="attached")
+                page.select_option("#preset", "tiny-cpu")
+                page.fill("#trials", str(args.trials))
+                page.wait_for_selector(f"#submit:has-text('{args.trials} trials')")
+                page.click("#submit")
+                page.wait_for_url("**/#/jobs/*")
+                job_id = int(page.url.rsplit("/", 1)[1])
+                say(t0, f"submitted the tiny-cpu preset with {args.trials} trials: job {job_id}")
+            else:
+                job_id = args.job
+                page.goto(f"{base}/#/jobs/{job_id}")
+                page.wait_for_selector("[data-testid=job-state]")
             last = ""
             deadline = time.monotonic() + args.timeout_s
             while True:
@@ -105,6 +113,27 @@ def main() -> int:
                     f"{rep['concurrency']}; summary: "
                     f"{page.inner_text('[data-testid=pareto-summary]')}")  # fmt: skip
 
+            def copy_winner(slo_ms: float | None) -> str:
+                page.wait_for_selector("button.copy[data-format=vllm-json]:not([disabled])")
+                page.click("button.copy[data-format=vllm-json]")
+                page.wait_for_selector("button.copy[data-format=vllm-json]:has-text('Copied')")
+                copied = page.evaluate("navigator.clipboard.readText()")
+                q = f"&slo_p99_tpot_ms={slo_ms}" if slo_ms is not None else ""
+                want = page.evaluate(
+                    f"fetch('/api/jobs/{job_id}/export?format=vllm-json{q}')"
+                    ".then(r => r.json()).then(j => j.text)"
+                )
+                if copied != want:
+                    raise SystemExit(f"copied {copied!r} but the API exports {want!r}")
+                json.loads(copied)
+                return copied
+
+            say(t0, f"copied the winning --speculative-config at the preset's SLO "
+                    f"({rep['slo']}): {copy_winner(None)}")  # fmt: skip
+            page.reload()
+            page.wait_for_function(
+                "n => document.querySelectorAll('.pt.sel').length === n", arg=n_sel
+            )
             tpots = sorted(q["p99_tpot_ms"] for q in rep["points"]
                            if q["concurrency"] == rep["concurrency"])  # fmt: skip
             mid = (tpots[0] + tpots[-1]) / 2
@@ -115,22 +144,8 @@ def main() -> int:
             )
             feasible = page.locator(".pt.sel[data-feasible=true]").count()
             say(t0, f"moved the SLO to p99 TPOT {mid:.3f} ms: {feasible} of {n_sel} feasible")
-
-            button = page.locator("button.copy[data-format=vllm-json]")
-            page.wait_for_function(
-                "() => !document.querySelector('button.copy[data-format=vllm-json]').disabled"
-            )
-            button.click()
-            page.wait_for_selector("button.copy[data-format=vllm-json]:has-text('Copied')")
-            copied = page.evaluate("navigator.clipboard.readText()")
-            want = page.evaluate(
-                f"fetch('/api/jobs/{job_id}/export?format=vllm-json&slo_p99_tpot_ms={mid}')"
-                ".then(r => r.json()).then(j => j.text)"
-            )
-            if copied != want:
-                raise SystemExit(f"copied {copied!r} but the API exports {want!r}")
-            json.loads(copied)
-            say(t0, f"copied the winning --speculative-config: {copied}")
+            page.wait_for_selector("button.copy[data-format=vllm-json]:not(:has-text('Copied'))")
+            say(t0, f"copied the winner under that SLO: {copy_winner(round(mid, 3))}")
             page.screenshot(path=str(args.out), full_page=True)
             say(t0, f"screenshot: {args.out}")
             if errors:
