@@ -60,6 +60,8 @@ def _metrics(c: dict[str, Any], level: int) -> dict[str, Any]:
             "p99_tpot_ms": p99, "mean_tpot_ms": 1000.0 / tps, "num_failed": 0,
             "num_requests": 4, "noisy": False,
             "acceptance_rate": None if c["method"] == "none" else 0.5,
+            "mean_acceptance_length": None if c["method"] == "none"
+            else 1 + 0.5 * c["num_speculative_tokens"],
             "stats": {"output_tok_per_s": st(tps), "p99_tpot_ms": st(p99)},
             "score": {"output_tok_per_s": tps * 0.995, "p99_tpot_ms": p99 * 1.005}}  # fmt: skip
 

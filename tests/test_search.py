@@ -202,3 +202,32 @@ def test_one_depth_best_everywhere_gives_no_schedule(tmp_path, db_url):
     rep = job_report(db_url, job_id)
     assert rep.winner is not None and rep.winner.method == "ngram"
     assert depth_schedule(rep) is None  # one level measured: nothing to schedule
+
+
+def test_the_report_explains_the_winner(tmp_path, db_url):
+    from tuner.explain import explain, param_importances
+    from tuner.pareto import job_report
+
+    surface = write_fake_surface(tmp_path / "fake.jsonl")
+    space = _replay_space(tmp_path, surface, trials=6,
+                          measurement={"repeats": 3, "confirm_top": 0,
+                                       "prune": False})  # fmt: skip
+    job_id = create_job(db_url, space)
+    run_job(db_url, job_id, work_dir=tmp_path / "w")
+    rep = job_report(db_url, job_id)
+    imp, n = param_importances(db_url, job_id)
+    assert n >= 4 and imp and abs(sum(imp.values()) - 1) < 1e-6
+    assert set(imp) <= {"method", "num_speculative_tokens", "max_num_seqs", "memory_fraction"}
+    lines = explain(rep, imp, n)
+    w = rep.winner
+    assert w.method != "none"
+    text = "\n".join(lines)
+    assert f"accepted 50.0% of the {w.params['num_speculative_tokens']} drafted tokens" in text
+    v = next(v for v in rep.verdicts[w.trial_number] if v.concurrency == 1)
+    assert f"{v.spec_ms_per_token:.2f} ms against the baseline's {v.baseline_ms_per_token:.2f}" \
+        in text
+    assert "It stops paying from concurrency 4" in text  # the fake never pays at 4
+    assert f"fANOVA over {n} distinct configurations" in text
+    # Too few trials: no ranking is invented.
+    assert param_importances(db_url, job_id)[0]
+    assert explain(rep, {}, 0)[-1].startswith("It stops paying")

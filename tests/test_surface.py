@@ -213,3 +213,14 @@ def test_unknown_job_is_a_surface_error(db_url):
         write_surface(db_url, 99, Path("/nonexistent/x.jsonl"))
     with session_scope(db_url) as s:
         assert s.query(JobModel).count() == 0
+
+
+def test_engine_logs_of_two_databases_never_share_a_folder(tmp_path):
+    from tuner.study import log_folder
+
+    a = log_folder(f"sqlite:///{tmp_path / 'spectune.db'}", 1)
+    b = log_folder(f"sqlite:///{tmp_path / 'surface.db'}", 1)
+    c = log_folder(f"sqlite:///{tmp_path / 'other' / 'spectune.db'}", 1)
+    assert len({a, b, c}) == 3 and a.startswith("spectune-") and a.endswith("-job-1")
+    assert log_folder("postgresql://u:secret@db/spectune", 7).endswith("-job-7")
+    assert "secret" not in log_folder("postgresql://u:secret@db/spectune", 7)

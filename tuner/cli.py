@@ -103,7 +103,7 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
     return f"{format(v, spec)} [{format(st['ci95_low'], spec)}-{format(st['ci95_high'], spec)}]"
 
 
-def _report_text(rep) -> str:  # noqa: ANN001
+def _report_text(rep, why: list[str] | None = None) -> str:  # noqa: ANN001
     from tuner.export import export_point
 
     lines = []
@@ -150,6 +150,8 @@ def _report_text(rep) -> str:  # noqa: ANN001
         "without speculation)"
     )
     lines += ["", _levels_text(rep)]
+    if why:
+        lines += ["", "Why this winner:"] + [f"- {w}" for w in why]
     if rep.winner is None:
         lines.append("No configuration is feasible under the SLO: nothing to export.")
         return "\n".join(lines)
@@ -250,7 +252,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             launches = (f"{job.engine_launches} configurations answered from the recorded "
                         "surface; no engine was launched")  # fmt: skip
     print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})\n")
-    print(_report_text(rep))
+    from tuner.explain import explain, param_importances
+
+    imp, n_imp = param_importances(url, job_id)
+    print(_report_text(rep, explain(rep, imp, n_imp)))
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 

@@ -118,6 +118,23 @@ class JobCancelled(RuntimeError):
     pass
 
 
+def log_folder(url: str, job_id: int) -> str:
+    """Job ids restart in every database: the folder names the database too, so two
+    databases sharing a work folder never overwrite each other's engine logs."""
+    import hashlib
+
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+        name = Path(u.database).stem if u.get_backend_name() == "sqlite" and u.database else ""
+    except Exception:
+        name = ""
+    tag = hashlib.sha256(url.encode()).hexdigest()[:6]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40]
+    return f"{safe}-{tag}-job-{job_id}" if safe else f"{tag}-job-{job_id}"
+
+
 def study_name_for(job_id: int) -> str:
     return f"spectune-job-{job_id}"
 
@@ -619,6 +636,7 @@ class _Objective:
         self.work_dir, self.prompts, self.n_trials = work_dir, prompts, n_trials
         self.on_trial, self.on_start = on_trial, on_start
         self._replay_engine: Any = None
+        self.log_dir = work_dir / "logs" / log_folder(url, job_id)
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         if self.control.cancelled:
@@ -864,7 +882,7 @@ class _Objective:
             preflight(cfg)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
-        log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"trial-{trial.number}.log"
+        log_path = self.log_dir / f"trial-{trial.number}.log"
         try:
             return self.launch_and_measure(cfg, log_path, prune=self.space.measurement.prune)
         except TrialFailed:
@@ -1010,7 +1028,7 @@ class _Objective:
             with session_scope(self.url) as s:
                 row = self._trial_row(s, number)
                 cfg = EngineConfig.from_dict(row.engine_config)
-            log_path = self.work_dir / "logs" / f"job-{self.job_id}" / f"confirm-{number}.log"
+            log_path = self.log_dir / f"confirm-{number}.log"
             if self.on_start:
                 self.on_start(number, {"confirm": True, **row.params})
             t0 = time.monotonic()
