@@ -118,6 +118,11 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     assert _feasible_count(page) == n_sel
     assert page.locator("rect[data-testid=pareto-point]").count() >= 1  # the baseline
     assert page.locator(".winner-ring").count() == 1
+    # Why the winner won, from the API's sentences.
+    page.wait_for_selector("[data-testid=why-winner] li")
+    why = page.locator("[data-testid=why-winner] li").all_inner_texts()
+    assert why == rep["why"] and why
+    assert any("Time per committed token" in t or "baseline won" in t for t in why)
 
     # 95% interval whiskers (2 repeats per point): one per axis and point, where visible.
     whiskers = page.locator("[data-testid=ci-whisker]")

@@ -269,6 +269,7 @@ async function jobPage(gen, jobId) {
   const head = h("div", { class: "jobhead" });
   const chartHost = h("div", { class: "chart" });
   const summary = h("p", { class: "summary", "data-testid": "pareto-summary" });
+  const whyBox = h("ul", { class: "why", "data-testid": "why-winner" });
   const levelSel = h("select", { id: "concurrency" });
   const wlSel = h("select", { id: "workload" });
   const wlLabel = h("label", { hidden: true }, "Workload ", wlSel);
@@ -300,7 +301,7 @@ async function jobPage(gen, jobId) {
         h("span", { class: "key winner" }), "winner ",
         h("i", { class: "key confirmed" }), " confirmed by a second launch ",
         h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
-      summary),
+      summary, whyBox),
     h("section", { class: "card" }, h("h2", { text: "Round-cost verdict" }), verdictNote, verdictBox),
     h("section", { class: "card" }, h("h2", { text: "Export the winner" }), exportBox),
     h("section", { class: "card" }, h("h2", { text: "Trials" }), trialsBox));
@@ -343,6 +344,7 @@ async function jobPage(gen, jobId) {
             (w.speedup ? ` (${w.speedup.toFixed(2)}× the baseline)` : "")
              : " · nothing is feasible under this SLO")
         : "No measured trials yet.";
+      whyBox.replaceChildren(...(rep.why || []).map((t) => h("li", { text: t })));
       if (rep.replay_surface) summary.textContent = `REPLAY of the recorded surface ${rep.replay_surface}: ` +
         "no number here was measured by this job (search benchmarking only). " + summary.textContent;
       if ((w?.trial_number ?? null) !== winner) { winner = w?.trial_number ?? null; loadExports(rep, w); }

@@ -493,6 +493,7 @@ def _round_cost(
 
 
 def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
+    from tuner.explain import explain
     from tuner.pareto import job_report
 
     space = _space(url, job_id)
@@ -522,6 +523,7 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
         baseline_trial=main.baseline.trial_number if main.baseline else None,
         winner_trial=main.winner.trial_number if main.winner else None,
         round_cost=_round_cost(main, configs),
+        why=explain(main),
         replay_surface=main.replay_surface,
     )
 

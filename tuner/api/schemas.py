@@ -213,6 +213,11 @@ class ParetoPublic(_Frozen):
         default_factory=list,
         description="round-cost verdict of every speculative trial at every concurrency",
     )
+    why: list[str] = Field(
+        default_factory=list,
+        description="why the winner won, in sentences: acceptance, time per committed token "
+        "against the baseline, where it stops paying",
+    )
     replay_surface: str | None = Field(
         None,
         description="set when the job replayed a recorded surface (search benchmarking): "
