@@ -231,3 +231,25 @@ def test_the_report_explains_the_winner(tmp_path, db_url):
     # Too few trials: no ranking is invented.
     assert param_importances(db_url, job_id)[0]
     assert explain(rep, {}, 0)[-1].startswith("It stops paying")
+
+
+def test_a_repeated_proposal_steers_the_next_trial_to_an_unmeasured_neighbour(tmp_path, db_url):
+    surface = write_fake_surface(tmp_path / "fake.jsonl")
+    space = _replay_space(tmp_path, surface, trials=4,
+                          measurement={"repeats": 3, "confirm_top": 0,
+                                       "prune": False})  # fmt: skip
+    job_id = create_job(db_url, space)
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
+    x = {"method": "draft_model", "draft_model.num_speculative_tokens": 3,
+         "draft_model.draft": "draft", "max_num_seqs": 4, "memory_fraction": 0.1}  # fmt: skip
+    for p in ({"method": "none", "max_num_seqs": 4, "memory_fraction": 0.1}, x, x):
+        study.enqueue_trial(p)
+    run_job(db_url, job_id, work_dir=tmp_path / "w")
+    recs = trial_records(db_url, job_id)
+    assert recs[2]["reused_from"] == 1
+    nxt = recs[3]["params"]
+    assert recs[3]["reused_from"] is None
+    changed = {k for k in set(nxt) | set(recs[1]["params"])
+               if nxt.get(k) != recs[1]["params"].get(k)}  # fmt: skip
+    assert len(changed) == 1, (nxt, recs[1]["params"])
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))

@@ -10,6 +10,7 @@ workload.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import threading
@@ -857,7 +858,9 @@ class _Objective:
     ) -> tuple[list[dict], dict]:
         prev = self._previous(cfg.key(), trial.number)
         if prev is not None:
-            # The same engine configuration was already measured in this job: reuse, no launch.
+            # The same engine configuration was already measured in this job: reuse, no launch,
+            # and steer the next trial to an unmeasured neighbour instead of a third repeat.
+            self._enqueue_neighbour(trial, params)
             if prev.state == "pruned":
                 p = _Pruned(f"same configuration as trial {prev.number}, pruned: "
                             f"{prev.fail_detail}", [dict(m.metrics) for m in prev.measurements])
@@ -888,6 +891,47 @@ class _Objective:
         except TrialFailed:
             self._finish_log(trial, log_path)
             raise
+
+    def _enqueue_neighbour(self, trial: optuna.Trial, params: dict[str, Any]) -> None:
+        """After the sampler proposed a configuration already measured, enqueue the nearest
+        unmeasured one (fewest parameters changed, ties broken by the job's seed): the
+        sampler thinks this region is good, so its neighbours are the useful next launch."""
+        import random
+
+        from tuner.surface import grid_params, params_to_config
+
+        if trial.number + 1 >= self.n_trials:
+            return  # no trial left to use it (a waiting trial would outlive the job)
+        study = trial.study
+        seen = {json.dumps(r, sort_keys=True) for r in self._measured_params()}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            fixed = t.system_attrs.get("fixed_params")
+            if fixed:
+                seen.add(json.dumps(params_to_config(fixed), sort_keys=True))
+        fresh = [p for p in grid_params(self.space)
+                 if json.dumps(params_to_config(p), sort_keys=True) not in seen]  # fmt: skip
+        if not fresh:
+            return
+
+        def distance(p: dict[str, Any]) -> int:
+            c = params_to_config(p)
+            keys = set(c) | set(params)
+            return sum(c.get(k) != params.get(k) for k in keys)
+
+        best = min(distance(p) for p in fresh)
+        near = [p for p in fresh if distance(p) == best]
+        pick = random.Random(self.space.seed * 7919 + trial.number).choice(near)
+        study.enqueue_trial(pick)
+
+    def _measured_params(self) -> list[dict[str, Any]]:
+        with session_scope(self.url) as s:
+            rows = s.scalars(
+                select(TrialModel.params).where(
+                    TrialModel.job_id == self.job_id,
+                    TrialModel.state.in_(["complete", "fail", "pruned", "running"]),
+                )
+            ).all()
+        return [dict(r) for r in rows]
 
     def _replay(self, params: dict[str, Any]) -> tuple[list[dict], dict]:
         """Benchmarking the search: the trial's numbers come from a recorded surface."""
