@@ -496,9 +496,17 @@ def test_export(done):
         assert spec["method"] == winner["method"]
     line = c.get(f"/api/jobs/{job_id}/export", params={"format": "vllm-cli"}).json()["text"]
     assert "vllm serve " in line and "\n" not in line
-    for fmt in ("sglang", "trtllm-yaml"):
-        r = c.get(f"/api/jobs/{job_id}/export", params={"format": fmt})
-        assert r.status_code == 422 and "not supported yet" in r.json()["detail"][0]["msg"]
+    sg = c.get(f"/api/jobs/{job_id}/export", params={"format": "sglang"}).json()["text"]
+    assert sg.startswith("python -m sglang.launch_server --model-path ")
+    assert ("--speculative-algorithm" in sg) == (spec is not None)
+    import yaml
+
+    trt = yaml.safe_load(
+        c.get(f"/api/jobs/{job_id}/export", params={"format": "trtllm-yaml"}).json()["text"]
+    )
+    assert trt["max_batch_size"] == winner["params"]["max_num_seqs"]
+    if spec is not None:
+        assert trt["speculative_config"]["max_draft_len"] == spec["num_speculative_tokens"]
     assert c.get(f"/api/jobs/{job_id}/export", params={"format": "onnx"}).status_code == 422
     r = c.get(f"/api/jobs/{job_id}/export", params={"slo_p99_tpot_ms": 1e-6})
     assert r.status_code == 409 and "no feasible configuration" in r.json()["detail"]

@@ -219,7 +219,12 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     assert copied == want
     spec = json.loads(copied)
     assert spec is None or spec["method"] in ("ngram", "draft_model")
-    assert "not supported yet" in page.inner_text("pre.export[data-format=sglang]")
+    sglang = page.inner_text("pre.export[data-format=sglang]")
+    trt = page.inner_text("pre.export[data-format=trtllm-yaml]")
+    if spec is None:
+        assert "--speculative-algorithm" not in sglang and "speculative_config" not in trt
+    else:
+        assert "--speculative-algorithm" in sglang and "decoding_type" in trt
 
     # The trials table sorts by a column.
     page.click("[data-testid=trials-table] th:has-text('tok/s')")

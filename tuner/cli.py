@@ -512,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="print the winning configuration")
     p.add_argument("job_id", type=int)
     p.add_argument("--format", default="vllm-json",
-                   choices=["vllm-json", "vllm-cli", "vllm-schedule-json"])
+                   choices=["vllm-json", "vllm-cli", "vllm-schedule-json", "sglang",
+                            "trtllm-yaml"])
     p.add_argument("--workload", help="workload name (default: the job's first)")
     p.add_argument("--concurrency", type=int, help="level (default: the objective level)")
     p.add_argument("--slo-p99-tpot-ms", type=float, help="re-evaluate under this SLO")

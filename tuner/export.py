@@ -5,13 +5,43 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from tuner.engines import EngineConfig, export_cli
+import yaml
+
+from tuner.engines import EngineConfig, export_cli, sglang_cli
 from tuner.pareto import Point, Report, job_report
 
 __all__ = ["FORMATS", "ExportError", "depth_schedule", "export_point", "export_job"]
 
-FORMATS = ("vllm-json", "vllm-cli", "vllm-schedule-json")
-Format = Literal["vllm-json", "vllm-cli", "vllm-schedule-json"]
+FORMATS = ("vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml")
+Format = Literal["vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml"]
+
+# vLLM method -> TensorRT-LLM speculative_config.decoding_type ("Eagle" there means EAGLE-3).
+TRTLLM_DECODING = {"ngram": "NGram", "draft_model": "DraftTarget", "eagle3": "Eagle3",
+                   "mtp": "MTP"}  # fmt: skip
+
+
+def trtllm_yaml(cfg: EngineConfig) -> str:
+    """The YAML TensorRT-LLM takes with ``--config`` (``trtllm-serve MODEL --config F``)."""
+    spec = cfg.speculative_config
+    doc: dict = {"max_batch_size": cfg.max_num_seqs, "max_seq_len": cfg.max_model_len,
+                 "kv_cache_config": {"free_gpu_memory_fraction": cfg.memory_fraction}}  # fmt: skip
+    if spec is not None:
+        method = spec["method"]
+        if method not in TRTLLM_DECODING:
+            raise ExportError(
+                f"TensorRT-LLM has no decoding type for {method!r} (its Eagle is EAGLE-3; "
+                "EAGLE-1 heads do not load there)"
+            )
+        k = int(spec["num_speculative_tokens"])
+        sc: dict = {"decoding_type": TRTLLM_DECODING[method], "max_draft_len": k}
+        if method in ("draft_model", "eagle3"):
+            sc["speculative_model"] = spec["model"]
+        elif method == "ngram":
+            sc["max_matching_ngram_size"] = int(spec.get("prompt_lookup_max") or k)
+        elif method == "mtp":
+            sc["num_nextn_predict_layers"] = k
+        doc["speculative_config"] = sc
+    return yaml.safe_dump(doc, sort_keys=False)
 _FAMILY_KEYS = ("draft", "prompt_lookup_min", "prompt_lookup_max", "max_num_seqs",
                 "memory_fraction")  # fmt: skip
 
@@ -73,6 +103,13 @@ def export_point(p: Point, fmt: str, rep: Report | None = None) -> str:
         return json.dumps(cfg.speculative_config, separators=(", ", ": "))
     if fmt == "vllm-cli":
         return export_cli(cfg)
+    if fmt == "sglang":
+        try:
+            return sglang_cli(cfg)
+        except ValueError as e:
+            raise ExportError(str(e)) from None
+    if fmt == "trtllm-yaml":
+        return trtllm_yaml(cfg)
     raise ExportError(f"format: unknown {fmt!r}; choose from {', '.join(FORMATS)}")
 
 

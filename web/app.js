@@ -10,8 +10,8 @@ const ENDED = ["succeeded", "failed", "cancelled"];
 const FORMATS = [
   { id: "vllm-json", label: "vLLM --speculative-config (JSON)" },
   { id: "vllm-cli", label: "vLLM command line" },
-  { id: "sglang", label: "SGLang", unsupported: true },
-  { id: "trtllm-yaml", label: "TensorRT-LLM YAML", unsupported: true },
+  { id: "sglang", label: "SGLang launch_server" },
+  { id: "trtllm-yaml", label: "TensorRT-LLM YAML (--config)" },
 ];
 let generation = 0; // bumps on navigation; stale pollers stop
 

@@ -529,7 +529,7 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
 
 
 def export_winner(url: str, job_id: int, fmt: str, q: ReportQuery) -> ExportPublic:
-    from tuner.export import export_point
+    from tuner.export import ExportError, export_point
     from tuner.pareto import job_report
 
     if fmt not in SUPPORTED_EXPORTS:
@@ -553,9 +553,13 @@ def export_winner(url: str, job_id: int, fmt: str, q: ReportQuery) -> ExportPubl
             f"job {job_id} has no feasible configuration at concurrency {conc} on workload "
             f"{wl} under SLO {slo or 'none'}: nothing to export",
         )
+    try:
+        text = export_point(rep.winner, fmt, rep)
+    except ExportError as e:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(e)) from None
     return ExportPublic(
         format=fmt,  # type: ignore[arg-type]
-        text=export_point(rep.winner, fmt),
+        text=text,
         trial_number=rep.winner.trial_number,
         concurrency=conc,
         slo=slo,

@@ -33,8 +33,9 @@ __all__ = [
 ]
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-ExportFormat = Literal["vllm-json", "vllm-cli", "sglang", "trtllm-yaml"]
-SUPPORTED_EXPORTS: tuple[str, ...] = ("vllm-json", "vllm-cli")
+ExportFormat = Literal["vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml"]
+SUPPORTED_EXPORTS: tuple[str, ...] = ("vllm-json", "vllm-cli", "vllm-schedule-json", "sglang",
+                                      "trtllm-yaml")  # fmt: skip
 
 
 class _Frozen(BaseModel):

@@ -2,6 +2,7 @@
 
 from tuner.engines._base import FAIL_REASONS, EngineConfig, EngineLaunchError, FailReason
 from tuner.engines._replay import ReplayEngine, ReplayMiss
+from tuner.engines._sglang import SGLANG_ALGORITHMS, sglang_argv, sglang_cli, sglang_spec_flags
 from tuner.engines._vllm import (
     VLLMServer,
     build_argv,
@@ -19,11 +20,15 @@ __all__ = [
     "FailReason",
     "ReplayEngine",
     "ReplayMiss",
+    "SGLANG_ALGORITHMS",
     "VLLMServer",
     "build_argv",
     "build_env",
     "classify_failure",
     "export_cli",
+    "sglang_argv",
+    "sglang_cli",
+    "sglang_spec_flags",
     "free_port",
     "speculative_json",
 ]

@@ -1,0 +1,74 @@
+"""SGLang's form of a candidate: ``python -m sglang.launch_server`` flags.
+
+SGLang describes speculation with an algorithm and a steps / top-k / draft-tokens triple that
+must agree: with top-k 1 (a chain, what vLLM's depth means) draft tokens = steps + 1. This
+module keeps that triple consistent from vLLM's ``num_speculative_tokens``. Nothing here
+imports SGLang (its kernels need CUDA); launching it is for a GPU machine.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from tuner.engines._base import EngineConfig
+
+__all__ = ["SGLANG_ALGORITHMS", "sglang_argv", "sglang_cli", "sglang_spec_flags"]
+
+# vLLM method -> SGLang --speculative-algorithm (NEXTN is SGLang's name for MTP heads).
+SGLANG_ALGORITHMS = {
+    "ngram": "NGRAM",
+    "draft_model": "STANDALONE",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "mtp": "NEXTN",
+}
+
+
+def sglang_spec_flags(spec: dict | None) -> list[str]:
+    """Speculative flags for one vLLM ``speculative_config`` (chain drafting, top-k 1)."""
+    if not spec:
+        return []
+    method = spec["method"]
+    if method not in SGLANG_ALGORITHMS:
+        raise ValueError(f"method {method!r} has no SGLang equivalent")
+    k = int(spec["num_speculative_tokens"])
+    flags = ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
+    if method == "ngram":
+        flags += ["--speculative-num-draft-tokens", str(k + 1)]
+        if spec.get("prompt_lookup_min") is not None:
+            flags += ["--speculative-ngram-min-match-window-size", str(spec["prompt_lookup_min"])]
+        if spec.get("prompt_lookup_max") is not None:
+            flags += ["--speculative-ngram-max-match-window-size", str(spec["prompt_lookup_max"])]
+        return flags
+    if method in ("draft_model", "eagle", "eagle3") and spec.get("model"):
+        flags += ["--speculative-draft-model-path", str(spec["model"])]
+    # The triple, set together: steps = depth, top-k 1, draft tokens = steps + 1.
+    flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", str(k + 1)]  # fmt: skip
+    return flags
+
+
+def sglang_argv(cfg: EngineConfig, *, host: str | None = None,
+                port: int | None = None) -> list[str]:  # fmt: skip
+    argv = [
+        "--model-path", cfg.model,
+        "--served-model-name", cfg.served_model_name,
+        "--context-length", str(cfg.max_model_len),
+        "--max-running-requests", str(cfg.max_num_seqs),
+        "--mem-fraction-static", f"{cfg.memory_fraction:g}",
+        "--cuda-graph-max-bs", str(cfg.max_num_seqs),
+    ]  # fmt: skip
+    if host is not None:
+        argv += ["--host", host]
+    if port is not None:
+        argv += ["--port", str(port)]
+    if cfg.dtype:
+        argv += ["--dtype", cfg.dtype]
+    return argv + sglang_spec_flags(cfg.speculative_config)
+
+
+def sglang_cli(cfg: EngineConfig) -> str:
+    """One shell line: ``python -m sglang.launch_server …`` (GPU; SGLang does not run on
+    vLLM's CPU path)."""
+    parts = ["python", "-m", "sglang.launch_server", *sglang_argv(cfg)]
+    return " ".join(shlex.quote(p) for p in parts)
