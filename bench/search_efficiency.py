@@ -16,8 +16,10 @@ bench/record_surface.py), so the only thing compared is the search:
   launch, so its trials to the answer are the grid size.
 
 Reported per strategy: median trials and engine launches to first measure a configuration
-within 3% of the best SLO-feasible value of the first objective (a repeat of a configuration
-already measured in the same run is a trial but not a launch), and the Pareto hypervolume of
+within 3% of the best SLO-feasible value of the first objective (by default the noise-aware
+score SpecTune's study optimises, the median moved against it by its MAD; ``--value median``
+uses plain medians; a repeat of a configuration already measured in the same run is a trial
+but not a launch), and the Pareto hypervolume of
 the feasible points found in the first 25% of the grid's trial count, relative to the grid's.
 The last line is one JSON object.
 """
@@ -46,10 +48,10 @@ Config = dict[str, Any]
 
 
 class Truth:
-    """The surface's verdict on a configuration: feasible, objective values (medians)."""
+    """The surface's verdict on a configuration: feasible, objective values."""
 
-    def __init__(self, surface: Surface, space: SearchSpace) -> None:
-        self.surface, self.space = surface, space
+    def __init__(self, surface: Surface, space: SearchSpace, value: str = "score") -> None:
+        self.surface, self.space, self.value = surface, space, value
         self.level = (space.primary_workload, space.primary_concurrency)
         self.objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
         self.slo = space.slo.limits()
@@ -81,7 +83,10 @@ class Truth:
                 m = pt.measurements[self.level]
                 ok, _ = feasible(m, self.slo, lossless_match_rate=pt.lossless_match_rate,
                                  min_match_rate=self.min_match)  # fmt: skip
-                v = [m.get(name) for name, _ in self.objectives]
+                # "score": what SpecTune's study optimises and ranks the winner by (the median
+                # moved against us by its MAD); "median": the plain median of the repeats.
+                src = (m.get("score") or {}) if self.value == "score" else {}
+                v = [src.get(name, m.get(name)) for name, _ in self.objectives]
                 self._cache[key] = (ok, None if any(x is None for x in v) else
                                     [float(x) for x in v])  # fmt: skip
         return self._cache[key]
@@ -228,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--within", type=float, default=0.03, help="relative distance to the best")
     ap.add_argument("--hv-fraction", type=float, default=0.25)
+    ap.add_argument("--value", choices=["score", "median"], default="score",
+                    help="objective value of a point: the noise-aware score the study ranks by "
+                    "(default) or the plain median of its repeats")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     logging.getLogger("tuner").setLevel(logging.ERROR)
     surface = read_surface(args.surface)
     space = surface.space
-    truth = Truth(surface, space)
+    truth = Truth(surface, space, args.value)
     n = len(truth.grid)
     hv_trials = max(1, math.ceil(args.hv_fraction * n))
     grid_hv = truth.hypervolume(truth.grid)
@@ -241,10 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"surface {args.surface}: {n} configurations, recorded "
           f"{surface.header['recorded'].get('at', '?')} "
           f"({surface.header['recorded'].get('engine', 'engine ?')})")  # fmt: skip
-    print(f"best SLO-feasible {name} at concurrency {space.primary_concurrency}: "
+    print(f"objective value: {args.value}; best SLO-feasible {name} at concurrency "
+          f"{space.primary_concurrency}: "
           f"{truth.best:.2f} ({direction}); target within {args.within:.0%}; "
           f"{sum(truth.good_enough(c, args.within) for c in truth.grid)} of {n} configurations "
           f"qualify; hypervolume measured after {hv_trials} trials")  # fmt: skip
+    ranked = sorted(((truth.values(c)[1][0], c) for c in truth.grid
+                     if truth.values(c)[0] and truth.values(c)[1]),
+                    key=lambda x: -x[0] if direction == "maximize" else x[0])  # fmt: skip
+    print(f"top configurations by {name} (the within-{args.within:.0%} set is marked *):")
+    for v, c in ranked[:8]:
+        mark = "*" if truth.good_enough(c, args.within) else " "
+        desc = ", ".join(f"{k}={x}" for k, x in c.items() if k != "memory_fraction")
+        print(f"  {mark} {v:8.2f}  {desc}")
     cap = 2 * n
     results = []
     t0 = time.monotonic()
