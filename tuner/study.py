@@ -918,10 +918,38 @@ class _Objective:
             keys = set(c) | set(params)
             return sum(c.get(k) != params.get(k) for k in keys)
 
+        # Around the incumbent (the best measured so far on the first objective) first: the
+        # sampler repeating itself means it has little new to say, and one-parameter moves
+        # from the best point are what an engineer would try next.
+        inc = self._incumbent()
+        if inc is not None:
+            params = inc
         best = min(distance(p) for p in fresh)
         near = [p for p in fresh if distance(p) == best]
         pick = random.Random(self.space.seed * 7919 + trial.number).choice(near)
         study.enqueue_trial(pick)
+
+    def _incumbent(self) -> dict[str, Any] | None:
+        o = self.space.objectives[0]
+        sign = -1.0 if o.resolved_direction == "maximize" else 1.0
+        best: tuple[float, dict[str, Any]] | None = None
+        with session_scope(self.url) as s:
+            rows = s.scalars(
+                select(TrialModel).where(
+                    TrialModel.job_id == self.job_id,
+                    TrialModel.state == "complete",
+                    TrialModel.reused_from.is_(None),
+                )
+            ).all()
+            for r in rows:
+                for m in r.measurements:
+                    if (m.workload, m.concurrency) != (self.space.primary_workload,
+                                                       self.space.primary_concurrency):
+                        continue
+                    v = (m.metrics.get("score") or {}).get(o.metric, m.metrics.get(o.metric))
+                    if v is not None and (best is None or sign * v < best[0]):
+                        best = (sign * float(v), dict(r.params))
+        return None if best is None else best[1]
 
     def _measured_params(self) -> list[dict[str, Any]]:
         with session_scope(self.url) as s:
