@@ -107,7 +107,7 @@ max_num_seqs: [4]
 concurrency: [2]
 workload: {{num_prompts: 8, max_tokens: 32, warmup_requests: 1}}
 start_with: [{{method: draft_model, num_speculative_tokens: 3}}]
-measurement: {{repeats: 2, confirm_top: 1, max_relative_mad: 5}}
+measurement: {{repeats: 2, confirm_top: 1, max_relative_mad: 5, prune: false}}
 lossless: {{num_prompts: 4, max_tokens: 16}}
 trials: 2
 seed: 0
