@@ -26,10 +26,13 @@ $(UI_STAMP): $(STAMP)
 
 demo: $(STAMP)
 	@mkdir -p .spectune
+	@# Additive schema migrations: a database from an earlier version keeps its results.
+	$(BIN)/spectune db upgrade
 	/usr/bin/time -f "demo wall time: %e s" $(BIN)/spectune run search_spaces/tiny-cpu.yaml
 
 serve: $(STAMP)
 	@mkdir -p .spectune
+	$(BIN)/spectune db upgrade
 	$(BIN)/spectune serve
 
 test: $(UI_STAMP)

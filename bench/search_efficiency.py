@@ -186,7 +186,7 @@ def _flat_objective(truth: Truth, space: SearchSpace) -> Callable[[optuna.Trial]
             p["draft_model.draft"] = trial.suggest_categorical("draft", dm.drafts)
         p["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", space.max_num_seqs)
         p["memory_fraction"] = trial.suggest_categorical("memory_fraction", space.memory_fraction)
-        c = params_to_config(p)
+        c = params_to_config(p, space)
         trial.set_user_attr("config", c)
         ok, v = truth.values(c)
         pt = truth.surface.lookup(c)

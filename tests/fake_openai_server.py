@@ -11,6 +11,7 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-http-error CODE  answer every completion with this HTTP status
   --fake-exit-on-start    exit 1 at once, printing a vLLM-like OOM message
   --fake-lossy            with speculation, greedy token ids differ from the baseline's
+  --fake-require-key KEY  answer completions 401 unless ``Authorization: Bearer KEY``
 
 Non-streamed requests answer with ``token_ids`` (``return_token_ids``): a deterministic
 function of the prompt, so a baseline and a speculative fake agree unless --fake-lossy.
@@ -40,6 +41,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--fake-http-error", type=int, default=0)
     ap.add_argument("--fake-exit-on-start", action="store_true")
     ap.add_argument("--fake-lossy", action="store_true")
+    ap.add_argument("--fake-require-key")
     args, _unknown = ap.parse_known_args(argv)
     return args
 
@@ -111,6 +113,9 @@ class FakeEngine:
 
     async def completions(self, req: web.Request) -> web.StreamResponse:
         body = await req.json()
+        want = getattr(self.args, "fake_require_key", None)
+        if want and req.headers.get("Authorization") != f"Bearer {want}":
+            return web.json_response({"error": "invalid api key"}, status=401)
         if self.args.fake_http_error:
             return web.json_response({"error": "fake failure"}, status=self.args.fake_http_error)
         max_tokens = int(body.get("max_tokens", 16))

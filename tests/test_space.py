@@ -17,8 +17,12 @@ methods: {ngram: {}}
 
 def test_preset_loads_and_resolves_paths_against_its_folder():
     space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
-    assert space.methods.enabled() == ["ngram", "draft_model"]
+    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp"]
     assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
+    # Every checkpoint the preset names is committed.
+    for path in (space.methods.eagle.heads[0], space.methods.eagle3.heads[0],
+                 space.methods.mtp.model, space.methods.draft_model.drafts[0]):  # fmt: skip
+        assert (Path(space.resolve(path)) / "model.safetensors").is_file()
     assert space.primary_concurrency == 1  # objective_concurrency
     assert space.engine.enforce_eager is True
 

@@ -37,10 +37,12 @@ def test_grid_of_the_tiny_cpu_space_is_every_distinct_engine():
     configs = grid_configs(space)
     keys = {config_key(c) for c in configs}
     assert len(keys) == len(configs)  # no engine twice
-    by_method = {m: sum(c["method"] == m for c in configs) for m in ("none", "ngram",
-                                                                      "draft_model")}
-    # 2 batch sizes x 1 memory fraction; ngram: 4 depths x 4 lookup windows.
-    assert by_method == {"none": 2, "ngram": 4 * 4 * 2, "draft_model": 4 * 1 * 2}
+    by_method = {m: sum(c["method"] == m for c in configs)
+                 for m in ("none", "ngram", "draft_model", "eagle", "eagle3", "mtp")}
+    # 2 batch sizes x 1 memory fraction; ngram: 4 depths x 4 lookup windows; the baseline on
+    # the target and on the MTP checkpoint (another target).
+    assert by_method == {"none": 2 * 2, "ngram": 4 * 4 * 2, "draft_model": 4 * 1 * 2,
+                         "eagle": 4 * 2, "eagle3": 4 * 2, "mtp": 1 * 2}  # fmt: skip
     assert all(c["prompt_lookup_min"] <= c["prompt_lookup_max"]
                for c in configs if c["method"] == "ngram")  # fmt: skip
     assert grid_params(space)[0]["method"] == "none"  # a sweep starts at the baseline
@@ -58,7 +60,7 @@ methods:
 max_num_seqs: [4]
 concurrency: [1, 2]
 workload: {num_prompts: 4, max_tokens: 12, warmup_requests: 1}
-measurement: {repeats: 2, confirm_top: 0}
+measurement: {repeats: 2, confirm_top: 0, max_relative_mad: 10}  # about replay, not noise
 slo: {p99_tpot_ms: 1000}
 trials: 3
 seed: 3

@@ -34,14 +34,17 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
 
 def _params_text(params: dict[str, Any]) -> str:
     m = params["method"]
+    on = f" on {Path(params['target']).name}" if params.get("target") else ""
     if m == "none":
-        return "baseline (no speculation)"
+        return "baseline (no speculation)" + on
     out = f"{m} k={params['num_speculative_tokens']}"
     if m == "ngram":
         out += f" lookup={params['prompt_lookup_min']}..{params['prompt_lookup_max']}"
     if m == "draft_model":
         out += f" draft={Path(params['draft']).name}"
-    return out
+    if m in ("eagle", "eagle3"):
+        out += f" head={Path(params['head']).name}"
+    return out + on
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -105,6 +108,7 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
 
 def _report_text(rep, why: list[str] | None = None) -> str:  # noqa: ANN001
     from tuner.export import export_point
+    from tuner.pareto import Point
 
     lines = []
     if rep.replay_surface is not None:
@@ -144,10 +148,24 @@ def _report_text(rep, why: list[str] | None = None) -> str:  # noqa: ANN001
                 "yes" if p.feasible else "no: " + "; ".join(p.violations),
             ]
         )  # fmt: skip
+    for r in rep.references:
+        m = r.metrics or {}
+        sp = rep.speedup(Point(-1, "hosted", {}, {}, m, r.feasible, r.violations)) if m else None
+        rows.append(
+            ["hosted", f"{r.name}: {r.model} at {r.base_url}",
+             _ci(m, "output_tok_per_s", ".1f"), _ci(m, "p99_tpot_ms", ".2f"),
+             _fmt(m.get("p99_ttft_ms"), ".1f"), "-", "-",
+             "-" if sp is None else f"{sp:.2f}x", "-", "-",
+             ("yes" if r.feasible else "no: " + "; ".join(r.violations))
+             + (f" ({r.error})" if r.error else "")]
+        )  # fmt: skip
     lines.append(_table(rows, header))
     lines.append(
         "(* winner; c: confirmed by a second launch; the baseline row is the same target "
-        "without speculation)"
+        "without speculation"
+        + ("; hosted rows: endpoints measured with the same workload and load generator, "
+           "never candidates" if rep.references else "")
+        + ")"
     )
     lines += ["", _levels_text(rep)]
     if why:
@@ -256,6 +274,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     imp, n_imp = param_importances(url, job_id)
     print(_report_text(rep, explain(rep, imp, n_imp)))
+    for other in rep.other_targets:
+        orep = job_report(url, job_id, target=other)
+        print(f"\nAnother target in this job: {other}\n(served instead of {rep.target} by "
+              "some methods: compared only with its own baseline, never with the one above)")
+        print(_report_text(orep, explain(orep, {}, 0)))
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 

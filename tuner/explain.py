@@ -29,12 +29,22 @@ def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
     The job's own parameters are conditional (a draft's depth exists only in draft trials),
     which fANOVA would rank on a handful of trials each; so the complete trials are copied into
     an in-memory study on the parameters every configuration has, depth 0 meaning none."""
-    from tuner.study import study_name_for
+    from tuner.storage import JobModel, session_scope
+    from tuner.study import sample_candidate, space_of_job, study_name_for
 
+    with session_scope(url) as s:
+        job = s.get(JobModel, job_id)
+        space = space_of_job(job) if job is not None else None
     study = optuna.load_study(study_name=study_name_for(job_id), storage=url)
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     rows: dict[tuple, float] = {}
     for t in done:
+        if space is not None:
+            try:
+                if sample_candidate(optuna.trial.FixedTrial(t.params), space).get("target"):
+                    continue  # another target (an MTP checkpoint): not this comparison
+            except ValueError:
+                pass
         method = t.params.get("method", "none")
         depth = t.params.get(f"{method}.num_speculative_tokens", 0)
         key = (method, depth, t.params.get("max_num_seqs"), t.params.get("memory_fraction"),

@@ -42,8 +42,10 @@ def trtllm_yaml(cfg: EngineConfig) -> str:
             sc["num_nextn_predict_layers"] = k
         doc["speculative_config"] = sc
     return yaml.safe_dump(doc, sort_keys=False)
-_FAMILY_KEYS = ("draft", "prompt_lookup_min", "prompt_lookup_max", "max_num_seqs",
-                "memory_fraction")  # fmt: skip
+
+
+_FAMILY_KEYS = ("draft", "head", "target", "prompt_lookup_min", "prompt_lookup_max",
+                "max_num_seqs", "memory_fraction")  # fmt: skip
 
 
 def depth_schedule(rep: Report) -> list[list[int]] | None:

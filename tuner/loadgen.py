@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -23,8 +24,10 @@ from tuner.metrics import (
     Measurement,
     RequestResult,
     parse_queue_time,
+    parse_sglang_spec_gauges,
     parse_spec_counters,
     queue_delta,
+    sglang_spec_stats,
     spec_delta,
     summarize,
 )
@@ -39,6 +42,9 @@ __all__ = [
     "run_requests",
     "stream_completion",
 ]
+
+
+GAUGE_EVERY_S = 0.5  # SGLang acceptance gauges: sampling period during a window
 
 
 class LoadError(RuntimeError):
@@ -136,15 +142,17 @@ async def run_requests(
     *,
     request_rate: float | None = None,
     seed: int = 0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[list[RequestResult], float]:
     """Send ``reqs``; returns results in request order and the wall time.
 
     Closed loop when ``request_rate`` is None, else Poisson arrivals at that rate.
+    ``headers`` (a hosted endpoint's Authorization) go on every request, never in a result.
     """
     url = base_url.rstrip("/") + "/v1/completions"
     results: list[RequestResult | None] = [None] * len(reqs)
     conn = aiohttp.TCPConnector(limit=concurrency, force_close=False)
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with aiohttp.ClientSession(connector=conn, headers=headers) as session:
         t0 = time.perf_counter()
         if request_rate is None:
             nxt = 0
@@ -174,13 +182,15 @@ async def run_requests(
     return [r for r in results if r is not None], wall
 
 
-async def reset_prefix_cache(base_url: str) -> bool:
+async def reset_prefix_cache(base_url: str, engine: str = "vllm") -> bool:
     """Empty the engine's prefix cache so one level's prompts do not warm the next's.
-    vLLM serves this only in dev mode; False when the engine does not offer it."""
+    vLLM serves this only in dev mode (SGLang: ``/flush_cache``); False when the engine does
+    not offer it."""
+    path = "/flush_cache" if engine == "sglang" else "/reset_prefix_cache"
     try:
         async with aiohttp.ClientSession() as s:
             async with s.post(
-                base_url.rstrip("/") + "/reset_prefix_cache",
+                base_url.rstrip("/") + path,
                 timeout=aiohttp.ClientTimeout(total=30),
             ) as r:
                 return r.status == 200
@@ -189,15 +199,26 @@ async def reset_prefix_cache(base_url: str) -> bool:
 
 
 async def greedy_token_ids(
-    base_url: str, model: str, prompts: Sequence[str], max_tokens: int, timeout_s: float = 120
+    base_url: str,
+    model: str,
+    prompts: Sequence[str],
+    max_tokens: int,
+    timeout_s: float = 120,
+    engine: str = "vllm",
 ) -> list[list[int] | None]:
-    """Greedy continuations as token ids (None for a request that failed)."""
-    url = base_url.rstrip("/") + "/v1/completions"
+    """Greedy continuations as token ids (None for a request that failed). vLLM returns them
+    from ``/v1/completions`` (``return_token_ids``); SGLang from its native ``/generate``."""
+    sglang = engine == "sglang"
+    url = base_url.rstrip("/") + ("/generate" if sglang else "/v1/completions")
     out: list[list[int] | None] = []
     async with aiohttp.ClientSession() as s:
         for p in prompts:
-            body = {"model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
-                    "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+            body: dict[str, Any] = {
+                "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
+                "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+            if sglang:
+                sp = {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+                body = {"text": p, "sampling_params": sp}
             try:
                 async with s.post(
                     url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
@@ -205,7 +226,8 @@ async def greedy_token_ids(
                     if r.status != 200:
                         out.append(None)
                         continue
-                    ids = (await r.json())["choices"][0].get("token_ids")
+                    js = await r.json()
+                    ids = js.get("output_ids") if sglang else js["choices"][0].get("token_ids")
                     out.append([int(t) for t in ids] if ids is not None else None)
             except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
                 out.append(None)
@@ -248,26 +270,69 @@ async def measure(
     slo: dict[str, float] | None = None,
     request_rate: float | None = None,
     seed: int = 0,
+    engine: str = "vllm",
+    headers: dict[str, str] | None = None,
 ) -> Measurement:
-    """Warm up, then one measured window, with acceptance and queue-time deltas."""
+    """Warm up, then one measured window, with acceptance and queue-time deltas.
+
+    vLLM exposes counters, read before and after the window. SGLang exposes running-average
+    gauges, so they are sampled every ``GAUGE_EVERY_S`` while the window runs. A hosted
+    endpoint exposes neither: only what the client sees is measured."""
     if warmup_requests:
         warm = _expand(prompts, warmup_requests, max_tokens)
-        await run_requests(base_url, model, warm, min(concurrency, len(warm)), timeout_s)
+        await run_requests(
+            base_url, model, warm, min(concurrency, len(warm)), timeout_s, headers=headers
+        )
     reqs = _expand(prompts, num_requests, max_tokens)
+    if engine == "hosted":
+        results, wall = await run_requests(
+            base_url, model, reqs, concurrency, timeout_s, request_rate=request_rate, seed=seed,
+            headers=headers,
+        )  # fmt: skip
+        return summarize(results, duration_s=wall, workload=workload, concurrency=concurrency,
+                         slo=slo, spec=None, mean_queue_ms=None,
+                         request_rate_per_s=request_rate)  # fmt: skip
     text = await fetch_metrics_text(base_url)
     before, q0 = parse_spec_counters(text), parse_queue_time(text)
-    results, wall = await run_requests(
-        base_url, model, reqs, concurrency, timeout_s, request_rate=request_rate, seed=seed
-    )
+    samples: list[tuple[float, float]] = []
+    stop = asyncio.Event()
+
+    async def sample_gauges() -> None:
+        while not stop.is_set():
+            try:
+                g = parse_sglang_spec_gauges(await fetch_metrics_text(base_url))
+            except LoadError:
+                g = None
+            if g is not None:
+                samples.append(g)
+            try:
+                await asyncio.wait_for(stop.wait(), GAUGE_EVERY_S)
+            except TimeoutError:
+                pass
+
+    sampler = asyncio.create_task(sample_gauges()) if engine == "sglang" else None
+    try:
+        results, wall = await run_requests(
+            base_url, model, reqs, concurrency, timeout_s, request_rate=request_rate, seed=seed
+        )
+    finally:
+        stop.set()
+        if sampler is not None:
+            await sampler
     text = await fetch_metrics_text(base_url)
     after, q1 = parse_spec_counters(text), parse_queue_time(text)
+    if engine == "sglang":
+        g = parse_sglang_spec_gauges(text)
+        if g is not None:
+            samples.append(g)
+    spec = sglang_spec_stats(samples) if engine == "sglang" else spec_delta(before, after)
     return summarize(
         results,
         duration_s=wall,
         workload=workload,
         concurrency=concurrency,
         slo=slo,
-        spec=spec_delta(before, after),
+        spec=spec,
         mean_queue_ms=queue_delta(q0, q1),
         request_rate_per_s=request_rate,
     )

@@ -96,6 +96,44 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
 
 
+def parse_sglang_spec_gauges(text: str) -> tuple[float, float] | None:
+    """(mean acceptance length, acceptance rate) from SGLang's ``sglang:spec_accept_length``
+    and ``sglang:spec_accept_rate`` gauges (averaged over label sets); None when absent or
+    zero (no speculative step has run yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got: dict[str, list[float]] = {"length": [], "rate": []}
+    for fam in text_string_to_metric_families(text):
+        key = {"sglang:spec_accept_length": "length", "sglang:spec_accept_rate": "rate"}.get(
+            fam.name
+        )
+        if key is None:
+            continue
+        got[key] += [s.value for s in fam.samples]
+    if not got["length"] or max(got["length"]) <= 0:
+        return None
+    rate = sum(got["rate"]) / len(got["rate"]) if got["rate"] else float("nan")
+    return sum(got["length"]) / len(got["length"]), rate
+
+
+def sglang_spec_stats(samples: list[tuple[float, float]]) -> SpecStats | None:
+    """Acceptance over a window from gauge samples taken while it ran. SGLang exposes running
+    averages, not counters, so the window's value is the mean of its samples; token counts
+    and per-position acceptance are not exposed (reported as 0 / empty)."""
+    if not samples:
+        return None
+    length = sum(s[0] for s in samples) / len(samples)
+    rates = [s[1] for s in samples if s[1] == s[1]]  # drop NaN (rate gauge missing)
+    return SpecStats(
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        acceptance_rate=sum(rates) / len(rates) if rates else None,
+        mean_acceptance_length=length,
+        per_position_acceptance=[],
+    )
+
+
 def parse_queue_time(text: str) -> tuple[float, float] | None:
     """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
     from prometheus_client.parser import text_string_to_metric_families

@@ -18,6 +18,7 @@ from tuner.storage import JobModel, TrialModel, session_scope
 
 __all__ = [
     "Point",
+    "Reference",
     "Report",
     "Verdict",
     "crossover_concurrency",
@@ -156,6 +157,20 @@ def select_winner(front: Sequence[Point], objectives: Sequence[tuple[str, str]])
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A hosted endpoint measured in the job, at the report's workload and level: a reference
+    row beside the trials, never on the front (there is nothing of it to configure)."""
+
+    name: str
+    base_url: str
+    model: str
+    metrics: dict[str, Any] | None
+    feasible: bool
+    violations: tuple[str, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     job_id: int
     workload: str
@@ -170,6 +185,9 @@ class Report:
     crossover: dict[int, int | None]
     baseline_by_conc: dict[int, dict[str, Any]]
     replay_surface: str | None = None  # set when the job replayed a recorded surface
+    target: str = ""  # the served checkpoint every point here shares (with its own baseline)
+    other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
+    references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
 
     def speedup(self, p: Point) -> float | None:
         if self.baseline is None or not self.baseline.metrics.get("output_tok_per_s"):
@@ -184,9 +202,14 @@ def job_report(
     workload: str | None = None,
     concurrency: int | None = None,
     slo: dict[str, float] | None = None,
+    target: str | None = None,
 ) -> Report:
     """The feasible Pareto front of one job at one workload and concurrency level, with the
-    round-cost verdict of every speculative configuration at every measured level."""
+    round-cost verdict of every speculative configuration at every measured level.
+
+    Only trials served from one checkpoint (``target``; default engine.model) are compared:
+    a method that serves another checkpoint (an MTP model) is another target, with its own
+    baseline, front and verdicts in ``job_report(..., target=that)``."""
     from tuner.study import JobNotFound, space_of_job
 
     with session_scope(url) as s:
@@ -208,6 +231,15 @@ def job_report(
              r.lossless_match_rate, r.kv_cache_tokens, r.peak_rss_mb)
             for r in rows
         ]  # fmt: skip
+        refs = [(r.name, r.base_url, r.model, r.state, r.error, list(r.measurements or []))
+                for r in job.references]  # fmt: skip
+    main = space.resolve(space.engine.model)
+    tgt = target or main
+    seen = [main] + [e.get("model") for _, _, _, e, *_ in raw]
+    if target is not None and target not in seen:
+        raise ValueError(f"target {target!r} was not measured in job {job_id}")
+    others = tuple(dict.fromkeys(t for t in seen if t != tgt and t))
+    raw = [r for r in raw if (r[3].get("model") or main) == tgt]
     wl = workload or space.primary_workload
     conc = concurrency or space.primary_concurrency
     limits = space.slo.limits() if slo is None else slo
@@ -223,6 +255,15 @@ def job_report(
             if m["concurrency"] == conc:
                 ok, why = feasible(m, limits, lossless_match_rate=rate, min_match_rate=min_match)
                 points.append(Point(number, method, params, ecfg, m, ok, why, rate, kv, rss))
+    references = []
+    for name, base_url, model, state, error, ms in refs:
+        m = next((m for m in ms if m["workload"] == wl and m["concurrency"] == conc), None)
+        if state != "complete" or m is None:
+            references.append(Reference(name, base_url, model, None, False,
+                                        ("not measured",), error))  # fmt: skip
+            continue
+        ok, why = feasible(m, limits)
+        references.append(Reference(name, base_url, model, m, ok, why))
     feas = [
         p
         for p in points
@@ -245,4 +286,5 @@ def job_report(
         job_id, wl, conc, limits, objectives, points, front, base,
         select_winner(front, objectives), vd, cross, base_by_conc,
         space.resolve(space.engine.surface) if space.engine.kind == "replay" else None,
+        tgt, others, tuple(references),
     )  # fmt: skip

@@ -24,6 +24,10 @@ from pydantic import (
 __all__ = [
     "DraftModelMethod",
     "EngineSpec",
+    "HeadMethod",
+    "HostedEndpoint",
+    "METHOD_NAMES",
+    "MtpMethod",
     "IntRange",
     "LosslessSpec",
     "MeasurementSpec",
@@ -109,21 +113,54 @@ class DraftModelMethod(_Strict):
         return v
 
 
+class HeadMethod(_Strict):
+    """EAGLE or EAGLE-3: a head trained on one target's hidden states (checked before launch:
+    its width, vocabulary and input layer must fit this target)."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    heads: Annotated[list[str], Field(min_length=1)]
+
+    @field_validator("heads")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("heads must not repeat")
+        return v
+
+
+class MtpMethod(_Strict):
+    """The checkpoint's own multi-token-prediction layers (DeepSeek-V3, MiMo, Qwen3-Next...)."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=1)
+    model: str | None = Field(
+        None,
+        description="An MTP checkpoint served instead of engine.model. It is another target: "
+        "the job measures its own baseline and reports it apart, never against engine.model's.",
+    )
+
+
+METHOD_NAMES = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
+
+
 class Methods(_Strict):
     ngram: NgramMethod | None = None
     draft_model: DraftModelMethod | None = None
+    eagle: HeadMethod | None = None
+    eagle3: HeadMethod | None = None
+    mtp: MtpMethod | None = None
 
     def enabled(self) -> list[str]:
-        return [name for name in ("ngram", "draft_model") if getattr(self, name) is not None]
+        return [name for name in METHOD_NAMES if getattr(self, name) is not None]
 
 
 class EngineSpec(_Strict):
     """How to launch the engine; per preset, because what pays differs by hardware."""
 
-    kind: Literal["vllm", "replay"] = Field(
+    kind: Literal["vllm", "sglang", "replay"] = Field(
         "vllm",
-        description="replay answers trials from a recorded surface file: for benchmarking "
-        "the search only, never a measurement of this job.",
+        description="sglang launches python -m sglang.launch_server (CUDA only); replay "
+        "answers trials from a recorded surface file: for benchmarking the search only, never "
+        "a measurement of this job.",
     )
     surface: str | None = Field(None, description="kind replay: the surface file to answer from")
     model: str
@@ -151,6 +188,37 @@ class EngineSpec(_Strict):
         if self.kind != "replay" and self.surface is not None:
             raise ValueError("surface applies only to kind: replay")
         return self
+
+
+class HostedEndpoint(_Strict):
+    """An OpenAI-compatible endpoint you do not launch (a provider, another team's server),
+    measured with the same workload and load generator as a reference row beside the trials.
+    It is never the winner: there is nothing of it to export."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w.-]+$")]
+    base_url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] = Field(
+        description="server root, as in http://host:8000 (a trailing /v1 is accepted)"
+    )
+    model: Annotated[str, Field(min_length=1, max_length=500)]
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+        None,
+        description="Name of the environment variable holding the key, read when the job "
+        "runs; the key itself is never stored.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ("api_key" in data or "key" in data):
+            raise ValueError(
+                "api_key: keys are never stored; put it in an environment variable and give "
+                "its name in api_key_env"
+            )
+        return data
+
+    @property
+    def root(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
 
 
 class WorkloadSpec(_Strict):
@@ -250,11 +318,12 @@ def _default_objectives() -> list[Objective]:
 class StartPoint(_Strict):
     """A known-good candidate measured right after the baseline (before the sampler guesses)."""
 
-    method: Literal["ngram", "draft_model"]
+    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
     num_speculative_tokens: Annotated[int, Field(ge=1)]
     prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None
     prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
     draft: str | None = None
+    head: str | None = Field(None, description="eagle/eagle3: one of the method's heads")
     max_num_seqs: int | None = None
     memory_fraction: float | None = None
 
@@ -287,6 +356,10 @@ class SearchSpace(_Strict):
         default_factory=_default_objectives
     )
     start_with: list[StartPoint] = Field(default_factory=list)
+    hosted: Annotated[list[HostedEndpoint], Field(max_length=8)] = Field(
+        default_factory=list,
+        description="OpenAI-compatible endpoints measured once per job as reference rows.",
+    )
     warm_start: Annotated[int, Field(ge=0, le=20)] = Field(
         0,
         description="Enqueue the best N configurations of earlier finished jobs on the same "
@@ -306,7 +379,7 @@ class SearchSpace(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> SearchSpace:
         if not self.methods.enabled():
-            raise ValueError("methods: enable at least one of ngram, draft_model")
+            raise ValueError(f"methods: enable at least one of {', '.join(METHOD_NAMES)}")
         top = max(self.concurrency)
         small = [n for n in self.max_num_seqs if n < top]
         if small:
@@ -329,6 +402,9 @@ class SearchSpace(_Strict):
                 raise ValueError("workloads: give at least one")
             if len(set(names)) != len(names):
                 raise ValueError(f"workloads: names must differ, got {names}")
+        hosted = [h.name for h in self.hosted]
+        if len(set(hosted)) != len(hosted):
+            raise ValueError(f"hosted: names must differ, got {hosted}")
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError("objectives: each metric at most once")
@@ -349,6 +425,10 @@ class SearchSpace(_Strict):
             raise ValueError(
                 f"{where}: draft {sp.draft!r} is not one of methods.draft_model.drafts"
             )
+        if sp.head is not None and (
+            sp.method not in ("eagle", "eagle3") or sp.head not in m.heads
+        ):
+            raise ValueError(f"{where}: head {sp.head!r} is not one of methods.{sp.method}.heads")
         if sp.max_num_seqs is not None and sp.max_num_seqs not in self.max_num_seqs:
             raise ValueError(
                 f"{where}: max_num_seqs {sp.max_num_seqs} is not one of {self.max_num_seqs}"

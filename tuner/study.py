@@ -10,6 +10,7 @@ workload.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -25,7 +26,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tuner.engines import EngineConfig, EngineLaunchError, VLLMServer
+from tuner.engines import EngineConfig, EngineLaunchError, SGLangServer, VLLMServer
 from tuner.loadgen import LoadError, greedy_token_ids, measure, reset_prefix_cache
 from tuner.metrics import Measurement
 from tuner.preflight import PreflightError, preflight
@@ -34,6 +35,7 @@ from tuner.stats import aggregate, noise_score, relative_mad
 from tuner.storage import (
     JobModel,
     MeasurementModel,
+    ReferenceModel,
     TrialModel,
     ensure_schema,
     session_scope,
@@ -217,12 +219,27 @@ def hardware_fingerprint(device: str) -> str:
 # --------------------------------------------------------------------------- sampling
 
 
+def other_targets(space: SearchSpace) -> list[str]:
+    """Checkpoints (as written in the space) that some method serves instead of engine.model.
+    Each is another target: measured with its own baseline, reported apart."""
+    m = space.methods.mtp
+    if m is not None and m.model and space.resolve(m.model) != space.resolve(space.engine.model):
+        return [m.model]
+    return []
+
+
 def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]:
     """Define-by-run: a parameter exists only where it means something."""
     methods = ["none", *space.methods.enabled()]
     method = trial.suggest_categorical("method", methods)
     params: dict[str, Any] = {"method": method}
-    if method == "ngram":
+    if method == "none":
+        others = other_targets(space)
+        if others:
+            t = trial.suggest_categorical("none.target", [space.engine.model, *others])
+            if t != space.engine.model:
+                params["target"] = t
+    elif method == "ngram":
         m = space.methods.ngram
         assert m is not None
         k = trial.suggest_int(
@@ -249,17 +266,40 @@ def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[
         )
         draft = trial.suggest_categorical("draft_model.draft", m.drafts)
         params.update(num_speculative_tokens=k, draft=draft)
+    elif method in ("eagle", "eagle3"):
+        h = getattr(space.methods, method)
+        k = trial.suggest_int(
+            f"{method}.num_speculative_tokens",
+            h.num_speculative_tokens.min,
+            h.num_speculative_tokens.max,
+        )
+        params.update(num_speculative_tokens=k,
+                      head=trial.suggest_categorical(f"{method}.head", h.heads))  # fmt: skip
+    elif method == "mtp":
+        mt = space.methods.mtp
+        assert mt is not None
+        params["num_speculative_tokens"] = trial.suggest_int(
+            "mtp.num_speculative_tokens",
+            mt.num_speculative_tokens.min,
+            mt.num_speculative_tokens.max,
+        )
+        if other_targets(space):
+            params["target"] = mt.model
     params["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", space.max_num_seqs)
     params["memory_fraction"] = trial.suggest_categorical("memory_fraction", space.memory_fraction)
     return params
 
 
-def baseline_params(space: SearchSpace) -> dict[str, Any]:
-    return {
+def baseline_params(space: SearchSpace, target: str | None = None) -> dict[str, Any]:
+    """Optuna parameters of the baseline on engine.model, or on another target."""
+    d: dict[str, Any] = {
         "method": "none",
         "max_num_seqs": space.max_num_seqs[0],
         "memory_fraction": space.memory_fraction[0],
     }
+    if other_targets(space):
+        d["none.target"] = target or space.engine.model
+    return d
 
 
 def start_params(space: SearchSpace) -> list[dict[str, Any]]:
@@ -278,10 +318,12 @@ def start_params(space: SearchSpace) -> list[dict[str, Any]]:
             assert ng is not None
             d["ngram.prompt_lookup_min"] = sp.prompt_lookup_min or ng.prompt_lookup_min.min
             d["ngram.prompt_lookup_max"] = sp.prompt_lookup_max or ng.prompt_lookup_max.max
-        else:
+        elif m == "draft_model":
             dm = space.methods.draft_model
             assert dm is not None
             d["draft_model.draft"] = sp.draft or dm.drafts[0]
+        elif m in ("eagle", "eagle3"):
+            d[f"{m}.head"] = sp.head or getattr(space.methods, m).heads[0]
         out.append(d)
     return out
 
@@ -295,9 +337,14 @@ def config_to_params(c: dict[str, Any], space: SearchSpace) -> dict[str, Any] | 
         return None
     d: dict[str, Any] = {"method": m, "max_num_seqs": c["max_num_seqs"],
                          "memory_fraction": c["memory_fraction"]}  # fmt: skip
+    others = other_targets(space)
     if m == "none":
+        if c.get("target") not in (None, *others):
+            return None
+        if others:
+            d["none.target"] = c.get("target") or space.engine.model
         return d
-    spec = getattr(space.methods, m, None) if m in ("ngram", "draft_model") else None
+    spec = getattr(space.methods, m, None) if m in space.methods.enabled() else None
     if spec is None:
         return None
     k = c.get("num_speculative_tokens")
@@ -309,10 +356,16 @@ def config_to_params(c: dict[str, Any], space: SearchSpace) -> dict[str, Any] | 
         if lo not in spec.prompt_lookup_min.values() or hi not in spec.prompt_lookup_max.values():
             return None
         d["ngram.prompt_lookup_min"], d["ngram.prompt_lookup_max"] = lo, hi
-    else:
+    elif m == "draft_model":
         if c.get("draft") not in spec.drafts:
             return None
         d["draft_model.draft"] = c["draft"]
+    elif m in ("eagle", "eagle3"):
+        if c.get("head") not in spec.heads:
+            return None
+        d[f"{m}.head"] = c["head"]
+    elif c.get("target") != (spec.model if others else None):
+        return None  # mtp served from another checkpoint than this space's
     return d
 
 
@@ -364,6 +417,8 @@ def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, 
     spec: dict[str, Any] = {"method": method}
     if method == "draft_model":
         spec["model"] = space.resolve(params["draft"])
+    elif method in ("eagle", "eagle3"):
+        spec["model"] = space.resolve(params["head"])
     spec["num_speculative_tokens"] = params["num_speculative_tokens"]
     if method == "ngram":
         spec["prompt_lookup_min"] = params["prompt_lookup_min"]
@@ -374,7 +429,7 @@ def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, 
 def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
     e = space.engine
     return EngineConfig(
-        model=space.resolve(e.model),
+        model=space.resolve(params.get("target") or e.model),
         served_model_name=e.served_model_name,
         max_model_len=e.max_model_len,
         max_num_seqs=params["max_num_seqs"],
@@ -419,8 +474,8 @@ def _measure_point(
         runs: list[Measurement] = []
         resets = 0
         for r in range(ms.repeats):
-            if ms.reset_prefix_cache:
-                resets += asyncio.run(reset_prefix_cache(server.base_url))
+            if ms.reset_prefix_cache and server.kind != "hosted":
+                resets += asyncio.run(reset_prefix_cache(server.base_url, server.kind))
             runs.append(
                 asyncio.run(
                     measure(
@@ -436,6 +491,8 @@ def _measure_point(
                         slo=space.slo.limits(),
                         request_rate=wl.request_rate,
                         seed=space.seed + r,
+                        engine=server.kind,
+                        headers=getattr(server, "headers", None),
                     )
                 )
             )
@@ -456,6 +513,63 @@ def _measure_point(
         if o.metric in agg["stats"]
     }
     return agg
+
+
+class _Hosted:
+    """A hosted endpoint in the place of a launched server: nothing to start, stop or reset;
+    the key travels only in the request headers."""
+
+    kind = "hosted"
+
+    def __init__(self, base_url: str, headers: dict[str, str] | None) -> None:
+        self.base_url, self.headers = base_url, headers
+
+    def alive(self) -> bool:
+        return True
+
+    def log_tail(self, max_bytes: int = 0) -> str:
+        return ""
+
+
+def measure_references(
+    url: str, job_id: int, space: SearchSpace, prompts: dict[str, list[Prompt]]
+) -> None:
+    """Measure each hosted endpoint once per job (a resumed job keeps what it has): every
+    workload and level, same repeats and load generator as the trials. A missing key or an
+    unreachable endpoint is stored as a failed reference with its reason, not a job failure."""
+    import os
+
+    with session_scope(url) as s:
+        done = set(s.scalars(select(ReferenceModel.name).where(ReferenceModel.job_id == job_id)))
+    for h in space.hosted:
+        if h.name in done:
+            continue
+        row = ReferenceModel(job_id=job_id, name=h.name, base_url=h.root, model=h.model,
+                             state="complete", measurements=[])  # fmt: skip
+        headers = None
+        if h.api_key_env:
+            key = os.environ.get(h.api_key_env)
+            if not key:
+                row.state, row.error = "fail", f"environment variable {h.api_key_env} is not set"
+            else:
+                headers = {"Authorization": f"Bearer {key}"}
+        if row.state == "complete":
+            server = _Hosted(h.root, headers)
+            hosted_space = space.model_copy(
+                update={"engine": space.engine.model_copy(update={"served_model_name": h.model})}
+            )
+            try:
+                for wl in space.all_workloads:
+                    for level in space.concurrency:
+                        m = _measure_point(server, hosted_space, wl, prompts[wl.name], level)  # type: ignore[arg-type]
+                        m["hosted"] = h.name
+                        row.measurements = [*row.measurements, m]
+                        if m["num_ok"] == 0:
+                            raise LoadError(f"every request failed: {m.get('errors')}")
+            except (LoadError, OSError) as e:
+                row.state, row.error = "fail", str(e)[:2000]
+        with session_scope(url) as s:
+            s.add(row)
 
 
 def _measure_all(
@@ -737,7 +851,7 @@ class _Objective:
             row.state = state
             row.finished_at = utcnow()
 
-    def _prune_check(self, m: dict[str, Any]) -> str | None:
+    def _prune_check(self, m: dict[str, Any], model: str | None = None) -> str | None:
         """Evidence that the objective point is clearly dominated by a feasible trial
         already measured in this job, or None. (Optuna's pruners take one intermediate value
         and do not support multi-objective studies, so the rule is ours: 95% intervals.)"""
@@ -756,6 +870,8 @@ class _Objective:
             ).all()
             others = []
             for r in rows:
+                if model is not None and r.engine_config.get("model") != model:
+                    continue  # another target is never the yardstick
                 for om in r.measurements:
                     if (om.workload, om.concurrency) == (self.space.primary_workload,
                                                          self.space.primary_concurrency):
@@ -824,9 +940,11 @@ class _Objective:
                 _ = r.measurements  # load while the session is open
             return rows[-1] if rows else None
 
-    def _baseline_reference(self) -> list[Any] | None:
+    def _baseline_reference(self, model: str) -> list[Any] | None:
+        """Greedy outputs of the baseline on the same target (another checkpoint, such as an
+        MTP model, is checked against its own baseline)."""
         with session_scope(self.url) as s:
-            row = s.scalars(
+            rows = s.scalars(
                 select(TrialModel)
                 .where(
                     TrialModel.job_id == self.job_id,
@@ -834,7 +952,8 @@ class _Objective:
                     TrialModel.greedy_token_ids.is_not(None),
                 )
                 .order_by(TrialModel.number)
-            ).first()
+            ).all()
+            row = next((r for r in rows if r.engine_config.get("model") == model), None)
             return row.greedy_token_ids if row is not None else None
 
     def _lossless(self, server: VLLMServer, cfg: EngineConfig) -> dict[str, Any]:
@@ -845,11 +964,11 @@ class _Objective:
         prompts = [p.prompt for p in self.prompts[first][: ll.num_prompts]]
         ids = asyncio.run(
             greedy_token_ids(server.base_url, self.space.engine.served_model_name, prompts,
-                             ll.max_tokens)
+                             ll.max_tokens, engine=server.kind)
         )  # fmt: skip
         out: dict[str, Any] = {"greedy_token_ids": ids}
         if cfg.speculative_config is not None:
-            ref = self._baseline_reference()
+            ref = self._baseline_reference(cfg.model)
             out["lossless_match_rate"] = lossless_match(ref, ids) if ref is not None else None
         return out
 
@@ -907,14 +1026,17 @@ class _Objective:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             fixed = t.system_attrs.get("fixed_params")
             if fixed:
-                seen.add(json.dumps(params_to_config(fixed), sort_keys=True))
-        fresh = [p for p in grid_params(self.space)
-                 if json.dumps(params_to_config(p), sort_keys=True) not in seen]  # fmt: skip
+                seen.add(json.dumps(params_to_config(fixed, self.space), sort_keys=True))
+        fresh = [
+            p
+            for p in grid_params(self.space)
+            if json.dumps(params_to_config(p, self.space), sort_keys=True) not in seen
+        ]
         if not fresh:
             return
 
         def distance(p: dict[str, Any]) -> int:
-            c = params_to_config(p)
+            c = params_to_config(p, self.space)
             keys = set(c) | set(params)
             return sum(c.get(k) != params.get(k) for k in keys)
 
@@ -941,7 +1063,10 @@ class _Objective:
                     TrialModel.reused_from.is_(None),
                 )
             ).all()
+            main = self.space.resolve(self.space.engine.model)
             for r in rows:
+                if r.engine_config.get("model") != main:
+                    continue
                 for m in r.measurements:
                     if (m.workload, m.concurrency) != (self.space.primary_workload,
                                                        self.space.primary_concurrency):
@@ -982,7 +1107,8 @@ class _Objective:
             raise TrialFailed(e.reason, f"{e.message}\n{e.log_tail}") from None
         self._count_launch(extra.get("startup_s") or 0.0)
         if self.space.measurement.prune and params["method"] != "none":
-            evidence = self._prune_check(ms[0])  # levels start with the objective point
+            # levels start with the objective point
+            evidence = self._prune_check(ms[0], engine_config(params, self.space).model)
             if evidence is not None:
                 p = _Pruned(evidence, ms[:1])
                 p.extra = {k: extra.get(k) for k in ("startup_s", "kv_cache_tokens")}
@@ -999,10 +1125,11 @@ class _Objective:
         prune: bool = False,
     ) -> tuple[list[dict], dict]:
         """One engine launch measuring every workload and level (and the lossless set)."""
-        server = VLLMServer(
+        server_cls = SGLangServer if self.space.engine.kind == "sglang" else VLLMServer
+        server = server_cls(
             cfg,
             log_path,
-            cache_root=self.work_dir / "cache" / "vllm",
+            cache_root=self.work_dir / "cache" / server_cls.kind,
             startup_timeout_s=self.space.engine.startup_timeout_s,
             launcher=self.launcher,
         )
@@ -1015,7 +1142,8 @@ class _Objective:
                 sampler.start()
                 extra["kv_cache_tokens"] = kv_cache_tokens(server.log_tail(200_000))
                 try:
-                    hook = self._prune_check if (prune and cfg.speculative_config) else None
+                    hook = (functools.partial(self._prune_check, model=cfg.model)
+                            if (prune and cfg.speculative_config) else None)  # fmt: skip
                     ms = _measure_all(server, self.space, self.prompts, hook)
                     if lossless:
                         extra.update(self._lossless(server, cfg))
@@ -1176,10 +1304,14 @@ def run_job(
     _fail_orphaned_trials(url, job_id, study)
     if not study.trials:
         study.enqueue_trial(baseline_params(space))
+        for target in other_targets(space):  # its own baseline, before any trial on it
+            study.enqueue_trial(baseline_params(space, target))
         for params in start_params(space):
             study.enqueue_trial(params, skip_if_exists=True)
         for params in warm_start_params(url, job_id, space):
             study.enqueue_trial(params, skip_if_exists=True)
+    if space.hosted and space.engine.kind != "replay":
+        measure_references(url, job_id, space, prompts)
     objective = _Objective(
         url, job_id, space, work_dir, prompts, n_trials, on_trial, on_start, launcher, control
     )

@@ -73,10 +73,14 @@ def grid_params(space: SearchSpace) -> list[dict[str, Any]]:
     method parameters, batch size and memory fraction. ``prompt_lookup_max`` below
     ``prompt_lookup_min`` would be clamped to the same engine, so it is left out.
     """
+    from tuner.study import baseline_params, other_targets
+
     out: list[dict[str, Any]] = []
     loads = [(s, f) for s in space.max_num_seqs for f in space.memory_fraction]
-    for s, f in loads:
-        out.append({"method": "none", "max_num_seqs": s, "memory_fraction": f})
+    for target in [None, *other_targets(space)]:
+        for s, f in loads:
+            out.append({**baseline_params(space, target), "max_num_seqs": s,
+                        "memory_fraction": f})  # fmt: skip
     ng = space.methods.ngram
     if ng is not None:
         for k in ng.num_speculative_tokens.values():
@@ -105,27 +109,37 @@ def grid_params(space: SearchSpace) -> list[dict[str, Any]]:
                         "max_num_seqs": s,
                         "memory_fraction": f,
                     })  # fmt: skip
+    for name in ("eagle", "eagle3"):
+        hm = getattr(space.methods, name)
+        if hm is None:
+            continue
+        for k in hm.num_speculative_tokens.values():
+            for h in hm.heads:
+                for s, f in loads:
+                    out.append({"method": name, f"{name}.num_speculative_tokens": k,
+                                f"{name}.head": h, "max_num_seqs": s,
+                                "memory_fraction": f})  # fmt: skip
+    mt = space.methods.mtp
+    if mt is not None:
+        for k in mt.num_speculative_tokens.values():
+            for s, f in loads:
+                out.append({"method": "mtp", "mtp.num_speculative_tokens": k,
+                            "max_num_seqs": s, "memory_fraction": f})  # fmt: skip
     return out
 
 
-def params_to_config(p: dict[str, Any]) -> dict[str, Any]:
-    """Optuna's namespaced parameter dict -> a trial's ``params`` (what a surface keys on)."""
-    method = p["method"]
-    c: dict[str, Any] = {"method": method}
-    if method == "ngram":
-        c["num_speculative_tokens"] = p["ngram.num_speculative_tokens"]
-        c["prompt_lookup_min"] = p["ngram.prompt_lookup_min"]
-        c["prompt_lookup_max"] = max(p["ngram.prompt_lookup_min"], p["ngram.prompt_lookup_max"])
-    elif method == "draft_model":
-        c["num_speculative_tokens"] = p["draft_model.num_speculative_tokens"]
-        c["draft"] = p["draft_model.draft"]
-    c["max_num_seqs"] = p["max_num_seqs"]
-    c["memory_fraction"] = p["memory_fraction"]
-    return c
+def params_to_config(p: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """Optuna's namespaced parameter dict -> a trial's ``params`` (what a surface keys on):
+    the same define-by-run code the study samples with, replayed on fixed values."""
+    import optuna
+
+    from tuner.study import sample_candidate
+
+    return sample_candidate(optuna.trial.FixedTrial(p), space)
 
 
 def grid_configs(space: SearchSpace) -> list[dict[str, Any]]:
-    return [params_to_config(p) for p in grid_params(space)]
+    return [params_to_config(p, space) for p in grid_params(space)]
 
 
 @dataclass(frozen=True)

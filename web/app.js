@@ -270,6 +270,8 @@ async function jobPage(gen, jobId) {
   const chartHost = h("div", { class: "chart" });
   const summary = h("p", { class: "summary", "data-testid": "pareto-summary" });
   const whyBox = h("ul", { class: "why", "data-testid": "why-winner" });
+  // Other targets (an MTP checkpoint, reported against its own baseline) and hosted endpoints.
+  const alsoBox = h("ul", { class: "why", "data-testid": "also-measured" });
   const levelSel = h("select", { id: "concurrency" });
   const wlSel = h("select", { id: "workload" });
   const wlLabel = h("label", { hidden: true }, "Workload ", wlSel);
@@ -301,7 +303,7 @@ async function jobPage(gen, jobId) {
         h("span", { class: "key winner" }), "winner ",
         h("i", { class: "key confirmed" }), " confirmed by a second launch ",
         h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
-      summary, whyBox),
+      summary, whyBox, alsoBox),
     h("section", { class: "card" }, h("h2", { text: "Round-cost verdict" }), verdictNote, verdictBox),
     h("section", { class: "card" }, h("h2", { text: "Export the winner" }), exportBox),
     h("section", { class: "card" }, h("h2", { text: "Trials" }), trialsBox));
@@ -345,6 +347,17 @@ async function jobPage(gen, jobId) {
              : " · nothing is feasible under this SLO")
         : "No measured trials yet.";
       whyBox.replaceChildren(...(rep.why || []).map((t) => h("li", { text: t })));
+      const also = (rep.other_targets || []).map((t) =>
+        `Also measured: target ${t}, served by some methods instead of ${rep.target}; compared only ` +
+        `with its own baseline (API: /pareto?target=…), never with this chart's.`);
+      for (const r of rep.references || []) {
+        also.push(`Hosted endpoint ${r.name} (${r.model} at ${r.base_url}): ` + (r.output_tok_per_s == null
+          ? `not measured: ${r.error || r.violations.join("; ")}`
+          : `${r.output_tok_per_s.toFixed(1)} tok/s, p99 TPOT ${r.p99_tpot_ms?.toFixed(2)} ms` +
+            (r.speedup_vs_baseline ? ` (${r.speedup_vs_baseline.toFixed(2)}× the baseline)` : "") +
+            ` · same workload and load generator; a reference, never a candidate`));
+      }
+      alsoBox.replaceChildren(...also.map((t) => h("li", { text: t })));
       if (rep.replay_surface) summary.textContent = `REPLAY of the recorded surface ${rep.replay_surface}: ` +
         "no number here was measured by this job (search benchmarking only). " + summary.textContent;
       if ((w?.trial_number ?? null) !== winner) { winner = w?.trial_number ?? null; loadExports(rep, w); }

@@ -25,11 +25,13 @@ function ticks(max, n = 5) {
 
 export function describe(p) {
   const pr = p.params || {};
-  if (p.method === "none") return `baseline (no speculation), seqs=${pr.max_num_seqs}`;
+  const on = pr.target ? ` on ${String(pr.target).split("/").pop()}` : "";
+  if (p.method === "none") return `baseline (no speculation)${on}, seqs=${pr.max_num_seqs}`;
   let s = `${p.method} k=${pr.num_speculative_tokens}`;
   if (p.method === "ngram") s += ` lookup=${pr.prompt_lookup_min}..${pr.prompt_lookup_max}`;
   if (p.method === "draft_model" && pr.draft) s += ` draft=${String(pr.draft).split("/").pop()}`;
-  return `${s}, seqs=${pr.max_num_seqs}`;
+  if (pr.head) s += ` head=${String(pr.head).split("/").pop()}`;
+  return `${s}${on}, seqs=${pr.max_num_seqs}`;
 }
 
 // Draws into `host` (a div). `onSlo(value, final)` is called while the SLO line is dragged.

@@ -62,6 +62,11 @@ def report_query(
     slo_p99_tpot_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
     slo_p99_ttft_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
     slo_p99_e2e_ms: Annotated[float | None, Query(gt=0, le=3_600_000)] = None,
+    target: Annotated[
+        str | None,
+        Query(max_length=4096, description="another served checkpoint of the job (an MTP "
+              "model): its own front against its own baseline; default engine.model"),
+    ] = None,
 ) -> ReportQuery:
     """SLO limits given here replace the job's for this answer only; nothing is re-run."""
     slo = {
@@ -73,7 +78,7 @@ def report_query(
         }.items()
         if v is not None
     }
-    return ReportQuery(workload, concurrency, slo)
+    return ReportQuery(workload, concurrency, slo, target)
 
 
 ReportQueryDep = Annotated[ReportQuery, Depends(report_query)]

@@ -24,6 +24,7 @@ from tuner.api.schemas import (
     SUPPORTED_EXPORTS,
     CurrentTrial,
     ExportPublic,
+    HostedReference,
     JobCreate,
     JobList,
     JobPublic,
@@ -387,8 +388,19 @@ class ReportQuery:
         workload: str | None,
         concurrency: int | None,
         slo: dict[str, float],
+        target: str | None = None,
     ) -> None:
         self.workload, self.concurrency, self.slo = workload, concurrency, slo
+        self.target = target
+
+
+def _report(url: str, job_id: int, q: ReportQuery, **kw: Any) -> Report:
+    from tuner.pareto import job_report
+
+    try:
+        return job_report(url, job_id, target=q.target, **kw)
+    except ValueError as e:
+        raise field_error(("query", "target"), str(e)) from None
 
 
 def _space(url: str, job_id: int) -> SearchSpace:
@@ -494,7 +506,6 @@ def _round_cost(
 
 def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
     from tuner.explain import explain
-    from tuner.pareto import job_report
 
     space = _space(url, job_id)
     wl, conc, slo = _resolve_query(space, q)
@@ -502,7 +513,7 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
     configs: dict[int, tuple[str, dict[str, Any]]] = {}
     main: Report | None = None
     for level in space.concurrency:
-        rep = job_report(url, job_id, workload=wl, concurrency=level, slo=slo)
+        rep = _report(url, job_id, q, workload=wl, concurrency=level, slo=slo)
         front = {p.trial_number for p in rep.front}
         if level == conc:
             main = rep
@@ -525,12 +536,26 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
         round_cost=_round_cost(main, configs),
         why=explain(main),
         replay_surface=main.replay_surface,
+        target=main.target,
+        other_targets=list(main.other_targets),
+        references=[_reference(r, main) for r in main.references],
     )
+
+
+def _reference(r: Any, rep: Report) -> HostedReference:
+    m = r.metrics or {}
+    base = rep.baseline.metrics.get("output_tok_per_s") if rep.baseline else None
+    tps = m.get("output_tok_per_s")
+    return HostedReference(
+        name=r.name, base_url=r.base_url, model=r.model, output_tok_per_s=tps,
+        p99_tpot_ms=m.get("p99_tpot_ms"), p99_ttft_ms=m.get("p99_ttft_ms"),
+        speedup_vs_baseline=(tps / base) if tps and base else None,
+        feasible=r.feasible, violations=list(r.violations), error=r.error,
+    )  # fmt: skip
 
 
 def export_winner(url: str, job_id: int, fmt: str, q: ReportQuery) -> ExportPublic:
     from tuner.export import ExportError, export_point
-    from tuner.pareto import job_report
 
     if fmt not in SUPPORTED_EXPORTS:
         raise field_error(
@@ -540,7 +565,7 @@ def export_winner(url: str, job_id: int, fmt: str, q: ReportQuery) -> ExportPubl
         )
     space = _space(url, job_id)
     wl, conc, slo = _resolve_query(space, q)
-    rep = job_report(url, job_id, workload=wl, concurrency=conc, slo=slo)
+    rep = _report(url, job_id, q, workload=wl, concurrency=conc, slo=slo)
     if rep.replay_surface is not None:
         raise HTTPException(
             status.HTTP_409_CONFLICT,

@@ -200,6 +200,21 @@ class RoundCostTrial(_Frozen):
     )
 
 
+class HostedReference(_Frozen):
+    """A hosted endpoint measured in the job with the same workload and load generator."""
+
+    name: str
+    base_url: str
+    model: str
+    output_tok_per_s: float | None
+    p99_tpot_ms: float | None
+    p99_ttft_ms: float | None
+    speedup_vs_baseline: float | None
+    feasible: bool
+    violations: list[str]
+    error: str | None = None
+
+
 class ParetoPublic(_Frozen):
     job_id: int
     workload: str
@@ -223,6 +238,16 @@ class ParetoPublic(_Frozen):
         None,
         description="set when the job replayed a recorded surface (search benchmarking): "
         "no number here was measured by this job",
+    )
+    target: str = Field("", description="the served checkpoint every point here shares")
+    other_targets: list[str] = Field(
+        default_factory=list,
+        description="other checkpoints this job served (an MTP model): each is reported "
+        "apart, against its own baseline (query target=...)",
+    )
+    references: list[HostedReference] = Field(
+        default_factory=list,
+        description="hosted endpoints measured as reference rows (never candidates)",
     )
 
 

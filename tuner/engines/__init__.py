@@ -2,7 +2,13 @@
 
 from tuner.engines._base import FAIL_REASONS, EngineConfig, EngineLaunchError, FailReason
 from tuner.engines._replay import ReplayEngine, ReplayMiss
-from tuner.engines._sglang import SGLANG_ALGORITHMS, sglang_argv, sglang_cli, sglang_spec_flags
+from tuner.engines._sglang import (
+    SGLANG_ALGORITHMS,
+    SGLangServer,
+    sglang_argv,
+    sglang_cli,
+    sglang_spec_flags,
+)
 from tuner.engines._vllm import (
     VLLMServer,
     build_argv,
@@ -21,6 +27,7 @@ __all__ = [
     "ReplayEngine",
     "ReplayMiss",
     "SGLANG_ALGORITHMS",
+    "SGLangServer",
     "VLLMServer",
     "build_argv",
     "build_env",

@@ -3,16 +3,28 @@
 SGLang describes speculation with an algorithm and a steps / top-k / draft-tokens triple that
 must agree: with top-k 1 (a chain, what vLLM's depth means) draft tokens = steps + 1. This
 module keeps that triple consistent from vLLM's ``num_speculative_tokens``. Nothing here
-imports SGLang (its kernels need CUDA); launching it is for a GPU machine.
+imports SGLang (its kernels need CUDA); ``SGLangServer`` launches it as a process, on a GPU.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
+from pathlib import Path
 
 from tuner.engines._base import EngineConfig
+from tuner.engines._vllm import VLLMServer
 
-__all__ = ["SGLANG_ALGORITHMS", "sglang_argv", "sglang_cli", "sglang_spec_flags"]
+__all__ = [
+    "SGLANG_ALGORITHMS",
+    "SGLangServer",
+    "sglang_argv",
+    "sglang_cli",
+    "sglang_spec_flags",
+]
+
+_MODULE = "sglang.launch_server"
 
 # vLLM method -> SGLang --speculative-algorithm (NEXTN is SGLang's name for MTP heads).
 SGLANG_ALGORITHMS = {
@@ -65,6 +77,26 @@ def sglang_argv(cfg: EngineConfig, *, host: str | None = None,
     if cfg.dtype:
         argv += ["--dtype", cfg.dtype]
     return argv + sglang_spec_flags(cfg.speculative_config)
+
+
+class SGLangServer(VLLMServer):
+    """One ``sglang.launch_server`` process for one configuration (same lifecycle as vLLM's:
+    own process group, ``/health`` polled, killed by group). Acceptance comes from its
+    ``sglang:spec_accept_*`` gauges sampled during the run (``loadgen.measure``)."""
+
+    kind = "sglang"
+
+    def _argv(self, port: int) -> list[str]:
+        prefix = self.launcher or [self.python or sys.executable, "-m", _MODULE]
+        # --enable-metrics: /metrics (the acceptance gauges) is off by default in SGLang.
+        return [*prefix, *sglang_argv(self.cfg, host="127.0.0.1", port=port),
+                "--enable-metrics", *self.cfg.extra_args]  # fmt: skip
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    "PYTHONUNBUFFERED": "1", "SGLANG_CACHE_ROOT": str(Path(self.cache_root))})
+        return env  # fmt: skip
 
 
 def sglang_cli(cfg: EngineConfig) -> str:

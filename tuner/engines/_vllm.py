@@ -224,12 +224,20 @@ class VLLMServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    kind = "vllm"
+
+    def _argv(self, port: int) -> list[str]:
+        return build_argv(self.cfg, port, python=self.python, launcher=self.launcher)
+
+    def _env(self) -> dict[str, str]:
+        return build_env(self.cfg, self.cache_root)
+
     def start(self) -> None:
         self.port = free_port()
-        self.argv = build_argv(self.cfg, self.port, python=self.python, launcher=self.launcher)
+        self.argv = self._argv(self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cache_root.mkdir(parents=True, exist_ok=True)
-        env = build_env(self.cfg, self.cache_root)
+        env = self._env()
         t0 = time.monotonic()
         with self.log_path.open("wb") as log:
             log.write(("$ " + shlex.join(self.argv) + "\n").encode())

@@ -14,7 +14,14 @@ from tuner.storage._db import (
     session_scope,
     upgrade,
 )
-from tuner.storage._models import Base, JobModel, MeasurementModel, TrialModel, utcnow
+from tuner.storage._models import (
+    Base,
+    JobModel,
+    MeasurementModel,
+    ReferenceModel,
+    TrialModel,
+    utcnow,
+)
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -23,6 +30,7 @@ __all__ = [
     "Base",
     "JobModel",
     "MeasurementModel",
+    "ReferenceModel",
     "SchemaOutOfDate",
     "StorageError",
     "TrialModel",

@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "JobModel", "MeasurementModel", "TrialModel", "utcnow"]
+__all__ = ["Base", "JobModel", "MeasurementModel", "ReferenceModel", "TrialModel", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -67,6 +67,9 @@ class JobModel(Base):
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"
+    )
+    references: Mapped[list[ReferenceModel]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", order_by="ReferenceModel.name"
     )
 
 
@@ -124,3 +127,24 @@ class MeasurementModel(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     trial: Mapped[TrialModel] = relationship(back_populates="measurements")
+
+
+class ReferenceModel(Base):
+    """A hosted endpoint measured in a job (migration v0.4.0.a): a reference row, not a
+    candidate. The API key's environment variable name is in the job's space; the key is not
+    stored anywhere."""
+
+    __tablename__ = "spectune_references"
+    __table_args__ = (UniqueConstraint("job_id", "name"),)
+
+    reference_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("spectune_jobs.job_id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    base_url: Mapped[str] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(String(500))
+    state: Mapped[str] = mapped_column(String(20))  # complete | fail
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    measurements: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    job: Mapped[JobModel] = relationship(back_populates="references")
