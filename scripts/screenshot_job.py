@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from tuner.client import wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,12 +33,7 @@ def main() -> None:
     proc = subprocess.Popen(cmd, start_new_session=True, cwd=REPO)
     base = f"http://127.0.0.1:{args.port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_until_up(base + "/healthz", timeout_s=20, alive=lambda: proc.poll() is None)
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path="/usr/bin/chromium",

@@ -18,8 +18,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from tuner.client import wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,12 +57,7 @@ def main() -> int:
     proc = subprocess.Popen(cmd, start_new_session=True, cwd=REPO, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_until_up(base + "/healthz", timeout_s=60, alive=lambda: proc.poll() is None)
         say(t0, f"spectune serve is up at {base} (database {db})")
         with sync_playwright() as p:
             browser = p.chromium.launch(

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from tests.conftest import REPO, TINY, vllm_available
 from tuner import cli
+from tuner.client import wait_until_up
 from tuner.engines import EngineConfig, VLLMServer, free_port
 from tuner.loadgen import measure
 from tuner.workloads import builtin_path, read_jsonl
@@ -34,9 +34,9 @@ DRAFT = str(TINY / "draft")
 PROMPTS = read_jsonl(builtin_path("code_completion"))[:8]
 
 
-def _cfg(spec):
+def _cfg(spec, model=TARGET):
     return EngineConfig(
-        model=TARGET,
+        model=model,
         served_model_name="tiny",
         max_model_len=512,
         max_num_seqs=4,
@@ -73,12 +73,19 @@ def _measure(srv: VLLMServer):
             "prompt_lookup_max": 4,
         },
         {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": 3},
+        # The committed trained heads (scripts/train_heads.py): every method, for real.
+        {"method": "eagle", "model": str(TINY / "eagle"), "num_speculative_tokens": 3},
+        {"method": "eagle3", "model": str(TINY / "eagle3"), "num_speculative_tokens": 2},
+        {"method": "mtp", "num_speculative_tokens": 1},
     ],
-    ids=["baseline", "ngram", "draft_model"],
+    ids=["baseline", "ngram", "draft_model", "eagle", "eagle3", "mtp"],
 )
 def test_real_engine_measures_and_spec_counters_move(spec, tmp_path):
+    # MTP is served from the MiMo checkpoint that carries the MTP layer.
+    model = str(TINY / "target-mtp") if spec and spec["method"] == "mtp" else TARGET
     with VLLMServer(
-        _cfg(spec), tmp_path / "engine.log", cache_root=tmp_path / "cache", startup_timeout_s=300
+        _cfg(spec, model), tmp_path / "engine.log", cache_root=tmp_path / "cache",
+        startup_timeout_s=300,
     ) as srv:
         m = _measure(srv)
         assert srv.alive()
@@ -115,17 +122,9 @@ seed: 0
 
 
 def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
+    if not wait_until_up(url + "/health", timeout_s=timeout, alive=lambda: proc.poll() is None):
         assert proc.poll() is None, "exported command exited"
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("exported command never became ready")
+        pytest.fail("exported command never became ready")
 
 
 def test_cli_run_and_exported_command_starts_vllm(tmp_path, capsys):

@@ -117,10 +117,27 @@ def test_job_runs_every_method_and_reports_mtp_against_its_own_baseline(
     assert set(other.verdicts) == {4}  # MTP's verdict is against trial 1, not trial 0
     with pytest.raises(ValueError, match="was not measured"):
         job_report(db_url, job_id, target="/elsewhere")
-    capsys.readouterr()
-    cli.main(["trials", str(job_id), "--db", db_url])
-    out = cli.main(["export", str(job_id), "--db", db_url, "--format", "vllm-cli"])
-    assert out == 0
+    # The API answers each target apart; an unknown one is a 422 naming the field.
+    from fastapi.testclient import TestClient
+
+    from tests.test_api import make_settings
+    from tuner.api import create_app
+
+    with TestClient(create_app(make_settings(tmp_path, database_url=db_url),
+                               run_worker=False)) as c:  # fmt: skip
+        main_api = c.get(f"/api/jobs/{job_id}/pareto").json()
+        assert main_api["target"] == str(TINY / "target")
+        assert main_api["other_targets"] == [str(TINY / "target-mtp")]
+        assert {p["method"] for p in main_api["points"]} == {"none", "eagle", "eagle3"}
+        r = c.get(f"/api/jobs/{job_id}/pareto", params={"target": str(TINY / "target-mtp")})
+        assert r.status_code == 200 and r.json()["baseline_trial"] == 1
+        assert {p["method"] for p in r.json()["points"]} == {"none", "mtp"}
+        bad = c.get(f"/api/jobs/{job_id}/pareto", params={"target": "/elsewhere"})
+        assert bad.status_code == 422 and "target" in json.dumps(bad.json())
+    text = cli.other_targets_text(db_url, job_id, main)
+    assert "Another target in this job: " + str(TINY / "target-mtp") in text
+    assert "mtp k=1 on target-mtp" in text and "baseline (no speculation) on target-mtp" in text
+    assert cli.main(["export", str(job_id), "--db", db_url, "--format", "vllm-cli"]) == 0
 
 
 def test_sglang_gauges_are_parsed_and_averaged():
@@ -174,9 +191,8 @@ def test_hosted_literal_key_is_refused_naming_the_field():
 def hosted_server():
     """The FAKE OpenAI server standing in for a provider that wants a key."""
     import subprocess
-    import time
-    import urllib.request
 
+    from tuner.client import wait_until_up
     from tuner.engines import free_port
 
     port = free_port()
@@ -185,12 +201,7 @@ def hosted_server():
          str(port), "--fake-require-key", "sk-test-123"], start_new_session=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    assert wait_until_up(url + "/health", timeout_s=30, alive=lambda: proc.poll() is None)
     yield url
     proc.terminate()
     proc.wait(10)
@@ -230,3 +241,48 @@ def test_hosted_endpoints_are_measured_as_reference_rows_and_the_key_is_not_stor
 
     measure_references(db_url, job_id, space, {"code_completion": []})
     assert len(job_report(db_url, job_id).references) == 3
+
+
+def test_sglang_acceptance_falls_back_to_server_info_without_metrics():
+    """SGLang started without --enable-metrics: no /metrics, so /server_info's
+    avg_spec_accept_length is the acceptance (FAKE SGLang server)."""
+    import asyncio
+    import subprocess
+
+    from tuner.client import wait_until_up
+    from tuner.engines import free_port
+    from tuner.loadgen import measure
+    from tuner.workloads import builtin_path, read_jsonl
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_SGLANG), "--model-path", "m", "--port", str(port),
+         "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "h",
+         "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "3"], start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_until_up(url + "/health", timeout_s=30, alive=lambda: proc.poll() is None)
+        m = asyncio.run(measure(url, "fake", read_jsonl(builtin_path("code_completion"))[:4],
+                                workload="w", concurrency=2, num_requests=4, max_tokens=16,
+                                warmup_requests=0, engine="sglang"))  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert m.num_failed == 0
+    assert m.mean_acceptance_length is not None and m.mean_acceptance_length > 1.0
+    assert m.acceptance_rate is None  # /server_info has no rate
+
+
+def test_fake_sglang_refuses_an_inconsistent_triple_as_sglang_does():
+    """The contract the flags are written against: top-k 1 needs draft tokens = steps + 1."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(FAKE_SGLANG), "--model-path", "m", "--speculative-algorithm",
+         "EAGLE", "--speculative-draft-model-path", "h", "--speculative-num-steps", "3",
+         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert out.returncode == 1 and "num_steps + 1" in out.stdout

@@ -190,6 +190,23 @@ def _report_text(rep, why: list[str] | None = None) -> str:  # noqa: ANN001
     return "\n".join(lines)
 
 
+def other_targets_text(url: str, job_id: int, rep) -> str:  # noqa: ANN001
+    """One report per other checkpoint the job served (an MTP model), each against its own
+    baseline."""
+    from tuner.explain import explain
+    from tuner.pareto import job_report
+
+    out = []
+    for other in rep.other_targets:
+        orep = job_report(url, job_id, workload=rep.workload, concurrency=rep.concurrency,
+                          slo=rep.slo, target=other)  # fmt: skip
+        out += [f"\nAnother target in this job: {other}",
+                f"(served instead of {rep.target} by some methods: compared only with its own "
+                "baseline, never with the one above)",
+                _report_text(orep, explain(orep, {}, 0))]  # fmt: skip
+    return "\n".join(out)
+
+
 def _levels_text(rep) -> str:  # noqa: ANN001
     """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
     levels = sorted(rep.baseline_by_conc)
@@ -207,6 +224,8 @@ def _levels_text(rep) -> str:  # noqa: ANN001
         + ["-"]
     ]
     names = {p.trial_number: p for p in rep.points}
+    cut = {p.trial_number for p in rep.pruned}
+    names.update({p.trial_number: p for p in rep.pruned})
     for number, vs in sorted(rep.verdicts.items()):
         p = names.get(number)
         by_c = {v.concurrency: v for v in vs}
@@ -229,9 +248,13 @@ def _levels_text(rep) -> str:  # noqa: ANN001
             else f"concurrency {cross}"
         )
         label = _params_text(p.params) if p is not None else f"trial {number}"
+        if number in cut:
+            label += " (pruned: first level only)"
+            where = "-" if not vs or vs[0].pays_off else f"no pay at c={vs[0].concurrency}"
         rows.append([str(number), label, *cells, where])
     out.append(_table(rows, header))
-    out.append("(+N%: pays off by N%, -N%: does not pay by N%)")
+    out.append("(+N%: pays off by N%, -N%: does not pay by N%"
+               + ("; pruned trials stopped after the objective level" if cut else "") + ")")
     return "\n".join(out)
 
 
@@ -270,15 +293,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             launches = (f"{job.engine_launches} configurations answered from the recorded "
                         "surface; no engine was launched")  # fmt: skip
     print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})\n")
+    _print_report(url, job_id, rep)
+    return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
+
+
+def _print_report(url: str, job_id: int, rep) -> None:  # noqa: ANN001
     from tuner.explain import explain, param_importances
 
     imp, n_imp = param_importances(url, job_id)
     print(_report_text(rep, explain(rep, imp, n_imp)))
-    for other in rep.other_targets:
-        orep = job_report(url, job_id, target=other)
-        print(f"\nAnother target in this job: {other}\n(served instead of {rep.target} by "
-              "some methods: compared only with its own baseline, never with the one above)")
-        print(_report_text(orep, explain(orep, {}, 0)))
+    if rep.other_targets:
+        print(other_targets_text(url, job_id, rep))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """The finished (or running) job's report again, at any level and SLO; nothing re-runs."""
+    from tuner.pareto import job_report
+    from tuner.storage import database_url
+    from tuner.study import JobNotFound
+
+    url = database_url(args.db)
+    slo = {"p99_tpot_ms": args.slo_p99_tpot_ms} if args.slo_p99_tpot_ms else None
+    try:
+        rep = job_report(url, args.job, concurrency=args.concurrency, slo=slo)
+    except JobNotFound as e:
+        _err(str(e))
+        return EXIT_INPUT
+    _print_report(url, args.job, rep)
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 
@@ -531,6 +572,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--db", help=db_help)
     p.set_defaults(fn=cmd_trials)
+
+    p = sub.add_parser("report", help="print a job's Pareto table, verdicts and winner again")
+    p.add_argument("job", type=int)
+    p.add_argument("--concurrency", type=int, help="level (default: the objective level)")
+    p.add_argument("--slo-p99-tpot-ms", type=float, help="re-evaluate under this SLO")
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("export", help="print the winning configuration")
     p.add_argument("job_id", type=int)

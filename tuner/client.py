@@ -27,9 +27,25 @@ from tuner.api.schemas import (
     TrialPage,
 )
 
-__all__ = ["ApiError", "SpecTuneClient"]
+__all__ = ["ApiError", "SpecTuneClient", "wait_until_up"]
 
 _ENDED = ("succeeded", "failed", "cancelled")
+
+
+def wait_until_up(url: str, *, timeout_s: float = 60.0, alive: Any = None) -> bool:
+    """Poll ``url`` (a health route) until it answers 2xx; False on timeout. ``alive``: a
+    callable; when it turns false (the server process exited) waiting stops at once."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            if httpx.get(url, timeout=2.0).is_success:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 class ApiError(RuntimeError):

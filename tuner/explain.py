@@ -61,6 +61,7 @@ def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
         "memory_fraction": optuna.distributions.CategoricalDistribution(
             sorted({k[3] for k in rows})),
     }  # fmt: skip
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the in-memory copy is not news
     flat = optuna.create_study(direction=study.directions[0])
     for (method, depth, seqs, mem, _), value in rows.items():
         flat.add_trial(optuna.trial.create_trial(

@@ -234,6 +234,23 @@ async def greedy_token_ids(
     return out
 
 
+async def sglang_server_info_accept_length(base_url: str) -> float | None:
+    """``internal_states[0].avg_spec_accept_length`` from SGLang's ``/server_info``."""
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(
+                base_url.rstrip("/") + "/server_info", timeout=aiohttp.ClientTimeout(total=10)
+            ) as r:
+                if r.status != 200:
+                    return None
+                info = await r.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    states = info.get("internal_states") or [{}]
+    v = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+    return float(v) if isinstance(v, int | float) and v > 0 else None
+
+
 async def fetch_metrics_text(base_url: str) -> str:
     try:
         async with aiohttp.ClientSession() as s:
@@ -292,7 +309,16 @@ async def measure(
         return summarize(results, duration_s=wall, workload=workload, concurrency=concurrency,
                          slo=slo, spec=None, mean_queue_ms=None,
                          request_rate_per_s=request_rate)  # fmt: skip
-    text = await fetch_metrics_text(base_url)
+    async def scrape() -> str:
+        # SGLang without --enable-metrics has no /metrics: /server_info then answers.
+        try:
+            return await fetch_metrics_text(base_url)
+        except LoadError:
+            if engine != "sglang":
+                raise
+            return ""
+
+    text = await scrape()
     before, q0 = parse_spec_counters(text), parse_queue_time(text)
     samples: list[tuple[float, float]] = []
     stop = asyncio.Event()
@@ -319,12 +345,16 @@ async def measure(
         stop.set()
         if sampler is not None:
             await sampler
-    text = await fetch_metrics_text(base_url)
+    text = await scrape()
     after, q1 = parse_spec_counters(text), parse_queue_time(text)
     if engine == "sglang":
         g = parse_sglang_spec_gauges(text)
         if g is not None:
             samples.append(g)
+        elif not samples:  # metrics off: SGLang's /server_info has the running average
+            length = await sglang_server_info_accept_length(base_url)
+            if length:
+                samples.append((length, float("nan")))
     spec = sglang_spec_stats(samples) if engine == "sglang" else spec_delta(before, after)
     return summarize(
         results,

@@ -188,6 +188,7 @@ class Report:
     target: str = ""  # the served checkpoint every point here shares (with its own baseline)
     other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
+    pruned: tuple[Point, ...] = ()  # stopped after their objective point: verdicts, no front
 
     def speedup(self, p: Point) -> float | None:
         if self.baseline is None or not self.baseline.metrics.get("output_tok_per_s"):
@@ -221,7 +222,7 @@ def job_report(
             select(TrialModel)
             .where(
                 TrialModel.job_id == job_id,
-                TrialModel.state == "complete",
+                TrialModel.state.in_(["complete", "pruned"]),
                 TrialModel.reused_from.is_(None),
             )
             .order_by(TrialModel.number)
@@ -231,6 +232,7 @@ def job_report(
              r.lossless_match_rate, r.kv_cache_tokens, r.peak_rss_mb)
             for r in rows
         ]  # fmt: skip
+        pruned_numbers = {r.number for r in rows if r.state == "pruned"}
         refs = [(r.name, r.base_url, r.model, r.state, r.error, list(r.measurements or []))
                 for r in job.references]  # fmt: skip
     main = space.resolve(space.engine.model)
@@ -246,6 +248,7 @@ def job_report(
     min_match = space.lossless.min_match_rate if space.lossless.enabled else None
     objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
     points = []
+    pruned = []
     by_trial: dict[int, dict[int, dict[str, Any]]] = {}
     for number, method, params, ecfg, ms, rate, kv, rss in raw:
         for m in ms:
@@ -254,7 +257,9 @@ def job_report(
             by_trial.setdefault(number, {})[m["concurrency"]] = m
             if m["concurrency"] == conc:
                 ok, why = feasible(m, limits, lossless_match_rate=rate, min_match_rate=min_match)
-                points.append(Point(number, method, params, ecfg, m, ok, why, rate, kv, rss))
+                p = Point(number, method, params, ecfg, m, ok, why, rate, kv, rss)
+                # A pruned trial keeps its measured point and verdict, never the front.
+                (pruned if number in pruned_numbers else points).append(p)
     references = []
     for name, base_url, model, state, error, ms in refs:
         m = next((m for m in ms if m["workload"] == wl and m["concurrency"] == conc), None)
@@ -286,5 +291,5 @@ def job_report(
         job_id, wl, conc, limits, objectives, points, front, base,
         select_winner(front, objectives), vd, cross, base_by_conc,
         space.resolve(space.engine.surface) if space.engine.kind == "replay" else None,
-        tgt, others, tuple(references),
+        tgt, others, tuple(references), tuple(pruned),
     )  # fmt: skip

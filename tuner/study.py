@@ -851,15 +851,10 @@ class _Objective:
             row.state = state
             row.finished_at = utcnow()
 
-    def _prune_check(self, m: dict[str, Any], model: str | None = None) -> str | None:
-        """Evidence that the objective point is clearly dominated by a feasible trial
-        already measured in this job, or None. (Optuna's pruners take one intermediate value
-        and do not support multi-objective studies, so the rule is ours: 95% intervals.)"""
-        from tuner.pareto import feasible
-
-        objectives = [(o.metric, o.resolved_direction) for o in self.space.objectives]
-        limits = self.space.slo.limits()
-        ll = self.space.lossless
+    def _objective_points(self, model: str) -> list[tuple[int, dict, dict, float | None]]:
+        """(number, params, metrics, greedy match) of each complete, launched trial on one
+        target, at the objective point (first workload, objective concurrency)."""
+        point = (self.space.primary_workload, self.space.primary_concurrency)
         with session_scope(self.url) as s:
             rows = s.scalars(
                 select(TrialModel).where(
@@ -868,14 +863,25 @@ class _Objective:
                     TrialModel.reused_from.is_(None),
                 )
             ).all()
-            others = []
-            for r in rows:
-                if model is not None and r.engine_config.get("model") != model:
-                    continue  # another target is never the yardstick
-                for om in r.measurements:
-                    if (om.workload, om.concurrency) == (self.space.primary_workload,
-                                                         self.space.primary_concurrency):
-                        others.append((r.number, dict(om.metrics), r.lossless_match_rate))
+            return [
+                (r.number, dict(r.params), dict(m.metrics), r.lossless_match_rate)
+                for r in rows
+                if r.engine_config.get("model") == model  # another target is never compared
+                for m in r.measurements
+                if (m.workload, m.concurrency) == point
+            ]
+
+    def _prune_check(self, m: dict[str, Any], model: str) -> str | None:
+        """Evidence that the objective point is clearly dominated by a feasible trial
+        already measured in this job on the same target, or None. (Optuna's pruners take one
+        intermediate value and do not support multi-objective studies, so the rule is ours:
+        95% intervals.)"""
+        from tuner.pareto import feasible
+
+        objectives = [(o.metric, o.resolved_direction) for o in self.space.objectives]
+        limits = self.space.slo.limits()
+        ll = self.space.lossless
+        others = [(n, om, rate) for n, _, om, rate in self._objective_points(model)]
         for number, om, rate in others:
             ok, _ = feasible(om, limits, lossless_match_rate=rate,
                              min_match_rate=ll.min_match_rate if ll.enabled else None)
@@ -1052,28 +1058,14 @@ class _Objective:
         study.enqueue_trial(pick)
 
     def _incumbent(self) -> dict[str, Any] | None:
+        """The best configuration measured so far on the first objective (engine.model)."""
         o = self.space.objectives[0]
         sign = -1.0 if o.resolved_direction == "maximize" else 1.0
         best: tuple[float, dict[str, Any]] | None = None
-        with session_scope(self.url) as s:
-            rows = s.scalars(
-                select(TrialModel).where(
-                    TrialModel.job_id == self.job_id,
-                    TrialModel.state == "complete",
-                    TrialModel.reused_from.is_(None),
-                )
-            ).all()
-            main = self.space.resolve(self.space.engine.model)
-            for r in rows:
-                if r.engine_config.get("model") != main:
-                    continue
-                for m in r.measurements:
-                    if (m.workload, m.concurrency) != (self.space.primary_workload,
-                                                       self.space.primary_concurrency):
-                        continue
-                    v = (m.metrics.get("score") or {}).get(o.metric, m.metrics.get(o.metric))
-                    if v is not None and (best is None or sign * v < best[0]):
-                        best = (sign * float(v), dict(r.params))
+        for _, params, m, _ in self._objective_points(self.space.resolve(self.space.engine.model)):
+            v = (m.get("score") or {}).get(o.metric, m.get(o.metric))
+            if v is not None and (best is None or sign * v < best[0]):
+                best = (sign * float(v), params)
         return None if best is None else best[1]
 
     def _measured_params(self) -> list[dict[str, Any]]:

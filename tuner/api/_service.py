@@ -517,7 +517,7 @@ def pareto(url: str, job_id: int, q: ReportQuery) -> ParetoPublic:
         front = {p.trial_number for p in rep.front}
         if level == conc:
             main = rep
-        for p in rep.points:
+        for p in (*rep.points, *rep.pruned):
             configs.setdefault(p.trial_number, (p.method, p.params))
             points.append(_pareto_point(p, rep, level, conc, front))
     assert main is not None  # conc is one of the space's levels (_resolve_query)
