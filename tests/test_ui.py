@@ -285,3 +285,34 @@ def test_unknown_job_page_and_token_prompt(page):
     page.wait_for_selector("text=Job 42 not found.")
     errors = [e for e in page.console_errors if "404" not in e]
     assert errors == []
+
+
+def test_job_page_lists_another_target_and_hosted_rows(page, tmp_path):
+    """A job that served an MTP checkpoint (another target) and had a hosted endpoint: the
+    page says both under the chart, and labels the heads in its points."""
+    import sys
+
+    from tests.conftest import FAKE_SERVER
+    from tests.test_methods import REPO, _space
+    from tuner.space import loads_space
+    from tuner.study import create_job, run_job
+
+    data = _space(trials=5).model_dump(mode="json")
+    data["hosted"] = [{"name": "provider", "base_url": "http://127.0.0.1:9", "model": "m",
+                       "api_key_env": "SPECTUNE_UI_TEST_UNSET_KEY"}]  # fmt: skip
+    space = loads_space(json.dumps(data), base_dir=REPO)
+    url = f"sqlite:///{tmp_path / 'spectune.db'}"  # the live server's database
+    job_id = create_job(url, space)
+    # Its own thread: Playwright's sync API holds this thread's event loop.
+    t = threading.Thread(target=run_job, args=(url, job_id), kwargs={
+        "work_dir": tmp_path / "w", "launcher": [sys.executable, str(FAKE_SERVER)]})
+    t.start()
+    t.join(timeout=300)
+    page.goto(page.base + f"/#/jobs/{job_id}")
+    also = page.locator("[data-testid=also-measured]")
+    also.locator("li:has-text('target-mtp')").wait_for()
+    text = also.inner_text()
+    assert "compared only with its own baseline" in text
+    assert "Hosted endpoint provider" in text and "SPECTUNE_UI_TEST_UNSET_KEY is not set" in text
+    assert page.locator("[data-testid=why-winner] li").count() >= 1
+    assert page.console_errors == []
