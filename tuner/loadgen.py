@@ -234,17 +234,26 @@ async def greedy_token_ids(
     return out
 
 
-async def sglang_server_info_accept_length(base_url: str) -> float | None:
-    """``internal_states[0].avg_spec_accept_length`` from SGLang's ``/server_info``."""
+async def _get_text(base_url: str, path: str) -> tuple[int, str]:
+    """(HTTP status, body) of one GET to the engine; LoadError when unreachable."""
     try:
         async with aiohttp.ClientSession() as s:
             async with s.get(
-                base_url.rstrip("/") + "/server_info", timeout=aiohttp.ClientTimeout(total=10)
+                base_url.rstrip("/") + path, timeout=aiohttp.ClientTimeout(total=10)
             ) as r:
-                if r.status != 200:
-                    return None
-                info = await r.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+                return r.status, await r.text()
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise LoadError(f"{path} unreachable: {e}") from e
+
+
+async def sglang_server_info_accept_length(base_url: str) -> float | None:
+    """``internal_states[0].avg_spec_accept_length`` from SGLang's ``/server_info``."""
+    try:
+        status, body = await _get_text(base_url, "/server_info")
+        info = json.loads(body) if status == 200 else {}
+    except (LoadError, ValueError):
+        return None
+    if not isinstance(info, dict):
         return None
     states = info.get("internal_states") or [{}]
     v = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
@@ -252,16 +261,10 @@ async def sglang_server_info_accept_length(base_url: str) -> float | None:
 
 
 async def fetch_metrics_text(base_url: str) -> str:
-    try:
-        async with aiohttp.ClientSession() as s:
-            async with s.get(
-                base_url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=10)
-            ) as r:
-                if r.status != 200:
-                    raise LoadError(f"/metrics answered HTTP {r.status}")
-                return await r.text()
-    except aiohttp.ClientError as e:
-        raise LoadError(f"/metrics unreachable: {e}") from e
+    status, body = await _get_text(base_url, "/metrics")
+    if status != 200:
+        raise LoadError(f"/metrics answered HTTP {status}")
+    return body
 
 
 def _expand(prompts: Sequence[Prompt], n: int, default_max_tokens: int) -> list[_Req]:
