@@ -277,7 +277,10 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
         "[data-testid=trial-memory]"
     )
 
-    assert page.console_errors == []
+    # A 409 is an export the winner has no form for (TensorRT-LLM has no EAGLE-1; one depth
+    # best everywhere: no schedule): the page shows the reason; the browser logs the status.
+    errors = [e for e in page.console_errors if "409" not in e]
+    assert errors == [], errors
 
 
 def test_unknown_job_page_and_token_prompt(page):
@@ -304,15 +307,31 @@ def test_job_page_lists_another_target_and_hosted_rows(page, tmp_path):
     url = f"sqlite:///{tmp_path / 'spectune.db'}"  # the live server's database
     job_id = create_job(url, space)
     # Its own thread: Playwright's sync API holds this thread's event loop.
-    t = threading.Thread(target=run_job, args=(url, job_id), kwargs={
-        "work_dir": tmp_path / "w", "launcher": [sys.executable, str(FAKE_SERVER)]})
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            run_job(url, job_id, work_dir=tmp_path / "w",
+                    launcher=[sys.executable, str(FAKE_SERVER)])  # fmt: skip
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=job)
     t.start()
     t.join(timeout=300)
+    assert not t.is_alive() and not errors, errors
     page.goto(page.base + f"/#/jobs/{job_id}")
     also = page.locator("[data-testid=also-measured]")
-    also.locator("li:has-text('target-mtp')").wait_for()
+    try:
+        also.locator("li:has-text('target-mtp')").wait_for(timeout=60_000)
+    except pw.TimeoutError:
+        pytest.fail(f"no other-target line; console: {page.console_errors}; page: "
+                    f"{page.locator('main').inner_text()[:2000]}")  # fmt: skip
     text = also.inner_text()
     assert "compared only with its own baseline" in text
     assert "Hosted endpoint provider" in text and "SPECTUNE_UI_TEST_UNSET_KEY is not set" in text
     assert page.locator("[data-testid=why-winner] li").count() >= 1
-    assert page.console_errors == []
+    # A 409 is an export the winner has no form for (TensorRT-LLM has no EAGLE-1; one depth
+    # best everywhere: no schedule): the page shows the reason; the browser logs the status.
+    errors = [e for e in page.console_errors if "409" not in e]
+    assert errors == [], errors
