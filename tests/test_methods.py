@@ -286,3 +286,18 @@ def test_fake_sglang_refuses_an_inconsistent_triple_as_sglang_does():
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert out.returncode == 1 and "num_steps + 1" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "methods, field",
+    [
+        ("{eagle: {heads: [h, h]}}", "methods.eagle.heads: paths must not repeat"),
+        ("{eagle3: {heads: []}}", "methods.eagle3.heads"),
+        ("{mtp: {num_speculative_tokens: {min: 0, max: 1}}}",
+         "methods.mtp.num_speculative_tokens"),
+        ("{draft_model: {drafts: [d, d]}}", "methods.draft_model.drafts: paths must not repeat"),
+    ],
+)
+def test_bad_method_fields_are_refused_by_name(methods, field):
+    with pytest.raises(SpaceError, match=field.replace(".", r"\.")):
+        loads_space(f"name: t\nengine: {{model: m}}\nmethods: {methods}\n")

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -99,18 +100,21 @@ class NgramMethod(_Strict):
         return self
 
 
+def _no_repeats(v: list[str]) -> list[str]:
+    if len(set(v)) != len(v):
+        raise ValueError("paths must not repeat")
+    return v
+
+
+# One or more checkpoint folders, each at most once (the error names the field).
+CheckpointList = Annotated[list[str], Field(min_length=1), AfterValidator(_no_repeats)]
+
+
 class DraftModelMethod(_Strict):
     """A separate small model that shares the target's vocabulary."""
 
     num_speculative_tokens: IntRange = IntRange(min=1, max=4)
-    drafts: Annotated[list[str], Field(min_length=1)]
-
-    @field_validator("drafts")
-    @classmethod
-    def _unique(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            raise ValueError("drafts must not repeat")
-        return v
+    drafts: CheckpointList
 
 
 class HeadMethod(_Strict):
@@ -118,14 +122,7 @@ class HeadMethod(_Strict):
     its width, vocabulary and input layer must fit this target)."""
 
     num_speculative_tokens: IntRange = IntRange(min=1, max=4)
-    heads: Annotated[list[str], Field(min_length=1)]
-
-    @field_validator("heads")
-    @classmethod
-    def _unique(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            raise ValueError("heads must not repeat")
-        return v
+    heads: CheckpointList
 
 
 class MtpMethod(_Strict):
