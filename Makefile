@@ -37,10 +37,12 @@ serve: $(STAMP)
 
 test: $(UI_STAMP)
 	$(BIN)/ruff check tuner tests scripts bench migrations
+	$(BIN)/ruff format --check tuner tests scripts bench migrations
 	$(BIN)/pytest -q -ra
 
 lint: $(STAMP)
 	$(BIN)/ruff check tuner tests scripts bench migrations
+	$(BIN)/ruff format --check tuner tests scripts bench migrations
 
 clean-venv:
 	rm -rf $(VENV)

@@ -30,12 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tuner.engines import EngineConfig, VLLMServer  # noqa: E402
-from tuner.loadgen import measure, reset_prefix_cache  # noqa: E402
+from tuner.engines import EngineConfig, VLLMProbe, VLLMServer  # noqa: E402
+from tuner.loadgen import measure  # noqa: E402
 from tuner.workloads import builtin_path, read_jsonl  # noqa: E402
 
 
-def _spectune_run(url: str, model: str, prompts, args) -> dict:  # noqa: ANN001
+def _spectune_run(url: str, model: str, prompts: list, args: argparse.Namespace) -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
     m = asyncio.run(
         measure(
@@ -47,6 +47,7 @@ def _spectune_run(url: str, model: str, prompts, args) -> dict:  # noqa: ANN001
             num_requests=args.num_prompts,
             max_tokens=args.output_len,
             warmup_requests=0,
+            probe=VLLMProbe(),
         )
     )
     cpu = time.process_time() - cpu0
@@ -60,21 +61,52 @@ def _spectune_run(url: str, model: str, prompts, args) -> dict:  # noqa: ANN001
     }
 
 
-def _vllm_bench_run(url: str, model: str, tokenizer: str, dataset: Path, out: Path, args) -> dict:  # noqa: ANN001
+def _vllm_bench_run(
+    url: str, model: str, tokenizer: str, dataset: Path, out: Path, args: argparse.Namespace
+) -> dict:
     vllm = shutil.which("vllm", path=str(Path(sys.executable).parent)) or "vllm"
     cmd = [
-        vllm, "bench", "serve", "--backend", "vllm", "--base-url", url, "--model", model,
-        "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset),
-        "--custom-output-len", str(args.output_len), "--num-prompts", str(args.num_prompts),
-        "--max-concurrency", str(args.concurrency), "--ignore-eos", "--temperature", "0",
-        "--request-rate", "inf", "--save-result", "--result-dir", str(out.parent),
-        "--result-filename", out.name, "--disable-tqdm",
-    ]  # fmt: skip
+        vllm,
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--custom-output-len",
+        str(args.output_len),
+        "--num-prompts",
+        str(args.num_prompts),
+        "--max-concurrency",
+        str(args.concurrency),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--request-rate",
+        "inf",
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+        "--disable-tqdm",
+    ]
     if args.skip_chat_template:
         cmd.append("--skip-chat-template")
     # Without VLLM_TARGET_DEVICE=cpu the CLI probes for kernels this CPU may lack.
-    env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
-           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
+        "HF_HUB_OFFLINE": "1",
+    }
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -133,17 +165,20 @@ def main() -> None:
             # neither client inherits the other's warm state.
             out = work / f"bench-{i}.json"
             for who in ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours"):
-                asyncio.run(reset_prefix_cache(url))
+                asyncio.run(VLLMProbe().reset_prefix_cache(url))
                 if who == "ours":
                     ours.append(_spectune_run(url, args.model, prompts, args))
                 else:
                     theirs.append(
                         _vllm_bench_run(url, args.model, args.tokenizer, dataset, out, args)
                     )
-            print(f"run {i}: spectune {ours[-1]['output_tok_per_s']:.1f} tok/s, "
-                  f"TPOT {ours[-1]['mean_tpot_ms']:.2f} ms | vllm bench "
-                  f"{theirs[-1]['output_tok_per_s']:.1f} tok/s, "
-                  f"TPOT {theirs[-1]['mean_tpot_ms']:.2f} ms", flush=True)  # fmt: skip
+            print(
+                f"run {i}: spectune {ours[-1]['output_tok_per_s']:.1f} tok/s, "
+                f"TPOT {ours[-1]['mean_tpot_ms']:.2f} ms | vllm bench "
+                f"{theirs[-1]['output_tok_per_s']:.1f} tok/s, "
+                f"TPOT {theirs[-1]['mean_tpot_ms']:.2f} ms",
+                flush=True,
+            )
     finally:
         if server is not None:
             server.stop()
@@ -166,10 +201,12 @@ def main() -> None:
         "runs": args.runs,
         "failed": sum(r["failed"] for r in ours + theirs),
     }
-    print(f"medians: spectune {res['spectune_output_tok_per_s']:.1f} tok/s, TPOT "
-          f"{res['spectune_mean_tpot_ms']:.2f} ms; vllm bench "
-          f"{res['vllm_bench_output_tok_per_s']:.1f} tok/s, TPOT "
-          f"{res['vllm_bench_mean_tpot_ms']:.2f} ms")  # fmt: skip
+    print(
+        f"medians: spectune {res['spectune_output_tok_per_s']:.1f} tok/s, TPOT "
+        f"{res['spectune_mean_tpot_ms']:.2f} ms; vllm bench "
+        f"{res['vllm_bench_output_tok_per_s']:.1f} tok/s, TPOT "
+        f"{res['vllm_bench_mean_tpot_ms']:.2f} ms"
+    )
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}))
 
 

@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import optuna
-from sqlalchemy import select
 
+from tuner.job import create_job, run_job
 from tuner.space import SpaceError, load_space
-from tuner.storage import JobModel, TrialModel, ensure_schema, session_scope
-from tuner.study import create_job, run_job
+from tuner.storage import Store
 from tuner.surface import config_key, grid_configs, grid_params, write_surface
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,36 +52,34 @@ def main() -> int:
         print(e, file=sys.stderr)
         return 2
     name = f"{space.name}-surface"
-    space = space.model_copy(update={
-        "name": name,
-        "measurement": space.measurement.model_copy(update={"confirm_top": 0, "prune": False}),
-    })  # fmt: skip  (start_with stays in the header: the grid is enqueued, so it is not run)
+    space = space.model_copy(
+        update={
+            "name": name,
+            "measurement": space.measurement.model_copy(update={"confirm_top": 0, "prune": False}),
+        }
+    )  # start_with stays in the header: the grid is enqueued, so it is not run
     grid = grid_params(space)
     configs = grid_configs(space)
     url = args.db
+    store = Store(url)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    ensure_schema(url)
-    with session_scope(url) as s:
-        job = s.scalars(
-            select(JobModel).where(JobModel.name == name).order_by(JobModel.job_id.desc())
-        ).first()
-        job_id = job.job_id if job is not None else None
+    store.ensure_schema()
+    job_id = store.latest_job_named(name)
     if job_id is None:
-        job_id = create_job(url, space, n_trials=len(grid))
-        study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=url)
+        job_id = create_job(store, space, n_trials=len(grid))
+        study = store.load_study(job_id)
         for p in grid:
             study.enqueue_trial(p)
         print(f"recording {len(grid)} configurations as job {job_id} in {url}")
     else:
         # Resume: what was measured (or failed on its own) stays; the rest is enqueued again.
-        with session_scope(url) as s:
-            done = {
-                config_key(t.params)
-                for t in s.scalars(select(TrialModel).where(TrialModel.job_id == job_id))
-                if t.state == "complete"
-                or (t.state == "fail" and t.fail_reason not in ("interrupted", "cancelled"))
-            }
-        study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=url)
+        done = {
+            config_key(t.params)
+            for t in store.trials(job_id)
+            if t.state == "complete"
+            or (t.state == "fail" and t.fail_reason not in ("interrupted", "cancelled"))
+        }
+        study = store.load_study(job_id)
         waiting = {
             config_key(t.system_attrs.get("fixed_params", {}))
             for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))
@@ -92,33 +89,30 @@ def main() -> int:
         for p in missing:
             if config_key(p) not in waiting:
                 study.enqueue_trial(p)
-        with session_scope(url) as s:
-            job = s.get(JobModel, job_id)
-            assert job is not None
-            job.n_trials = started + len(missing)
-        print(f"resuming job {job_id}: {len(done)} of {len(grid)} configurations recorded, "
-              f"{len(missing)} to go")  # fmt: skip
+        store.set_trial_budget(job_id, started + len(missing))
+        print(
+            f"resuming job {job_id}: {len(done)} of {len(grid)} configurations recorded, "
+            f"{len(missing)} to go"
+        )
     if args.limit is not None:
-        with session_scope(url) as s:
-            job = s.get(JobModel, job_id)
-            assert job is not None
-            started = len(study.trials) - len(
-                study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-            )
-            job.n_trials = min(job.n_trials, started + args.limit)
+        waiting_now = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        started = len(study.trials) - len(waiting_now)
+        store.set_trial_budget(job_id, min(store.job(job_id).n_trials, started + args.limit))
     version = _engine_version()
     t0 = time.monotonic()
 
     def on_trial(ev) -> None:  # type: ignore[no-untyped-def]
-        n = write_surface(url, job_id, args.out, engine_version=version)
-        print(f"[{time.monotonic() - t0:7.0f} s] trial {ev.number}: {ev.state} {ev.method} "
-              f"{ev.params} {ev.summary} -> {n} configurations in {args.out}",
-              flush=True)  # fmt: skip
+        n = write_surface(store, job_id, args.out, engine_version=version)
+        print(
+            f"[{time.monotonic() - t0:7.0f} s] trial {ev.number}: {ev.state} {ev.method} "
+            f"{ev.params} {ev.summary} -> {n} configurations in {args.out}",
+            flush=True,
+        )
 
     try:
-        run_job(url, job_id, work_dir=args.work_dir, on_trial=on_trial)
+        run_job(store, job_id, work_dir=args.work_dir, on_trial=on_trial)
     finally:
-        n = write_surface(url, job_id, args.out, engine_version=version)
+        n = write_surface(store, job_id, args.out, engine_version=version)
         print(f"{args.out}: {n} of {len(grid)} configurations")
     return 0
 

@@ -40,8 +40,10 @@ from typing import Any
 
 import optuna
 
+from tuner.job import create_job, run_job
 from tuner.pareto import feasible
 from tuner.space import SearchSpace, parse_space
+from tuner.storage import Store
 from tuner.surface import Surface, config_key, grid_configs, params_to_config, read_surface
 
 Config = dict[str, Any]
@@ -72,8 +74,11 @@ class Truth:
         firsts = [v[0] for v in feas]
         self.best = max(firsts) if direction == "maximize" else min(firsts)
         self.direction = direction
-        best_c = next(c for c, (ok, v) in zip(self.grid, vals, strict=True)
-                      if ok and v is not None and v[0] == self.best)  # fmt: skip
+        best_c = next(
+            c
+            for c, (ok, v) in zip(self.grid, vals, strict=True)
+            if ok and v is not None and v[0] == self.best
+        )
         self.best_interval = self._interval(best_c)
 
     def _interval(self, c: Config) -> tuple[float, float] | None:
@@ -103,14 +108,20 @@ class Truth:
                 self._cache[key] = (False, None)
             else:
                 m = pt.measurements[self.level]
-                ok, _ = feasible(m, self.slo, lossless_match_rate=pt.lossless_match_rate,
-                                 min_match_rate=self.min_match)  # fmt: skip
+                ok, _ = feasible(
+                    m,
+                    self.slo,
+                    lossless_match_rate=pt.lossless_match_rate,
+                    min_match_rate=self.min_match,
+                )
                 # "score": what SpecTune's study optimises and ranks the winner by (the median
                 # moved against us by its MAD); "median": the plain median of the repeats.
                 src = (m.get("score") or {}) if self.value == "score" else {}
                 v = [src.get(name, m.get(name)) for name, _ in self.objectives]
-                self._cache[key] = (ok, None if any(x is None for x in v) else
-                                    [float(x) for x in v])  # fmt: skip
+                self._cache[key] = (
+                    ok,
+                    None if any(x is None for x in v) else [float(x) for x in v],
+                )
         return self._cache[key]
 
     def good_enough(self, c: Config, within: float) -> bool:
@@ -152,8 +163,12 @@ class Truth:
         return hv
 
 
-def _reach(seq: Sequence[tuple[Config, bool]], truth: Truth, within: float,
-           good: Callable[[Config, float], bool] | None = None) -> tuple[int, int]:  # fmt: skip
+def _reach(
+    seq: Sequence[tuple[Config, bool]],
+    truth: Truth,
+    within: float,
+    good: Callable[[Config, float], bool] | None = None,
+) -> tuple[int, int]:
     """(trials, launches) up to and including the first good-enough configuration; a seen
     configuration costs a trial, not a launch. (inf, inf) when never reached."""
     good = good or truth.good_enough
@@ -169,11 +184,10 @@ def _reach(seq: Sequence[tuple[Config, bool]], truth: Truth, within: float,
 # --------------------------------------------------------------------------- strategies
 
 
-def run_spectune(surface: Surface, space: SearchSpace, seed: int, budget: int,
-                 db_dir: Path) -> list[tuple[Config, bool]]:  # fmt: skip
+def run_spectune(
+    surface: Surface, space: SearchSpace, seed: int, budget: int, db_dir: Path
+) -> list[tuple[Config, bool]]:
     """SpecTune's real study on the replay backend; returns (config, launched) per trial."""
-    from tuner.study import create_job, run_job, trial_records
-
     data = space.model_dump(mode="json")
     data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface.path.resolve())}
     data["seed"] = seed
@@ -181,10 +195,11 @@ def run_spectune(surface: Surface, space: SearchSpace, seed: int, budget: int,
     data["name"] = f"{space.name}-replay-{seed}"
     rspace = parse_space(data, base_dir=space.base_dir)
     url = f"sqlite:///{db_dir / f'seed-{seed}.db'}"
-    job_id = create_job(url, rspace)
-    run_job(url, job_id, work_dir=db_dir / "work")
+    store = Store(url)
+    job_id = create_job(store, rspace)
+    run_job(store, job_id, work_dir=db_dir / "work")
     out = []
-    for r in trial_records(url, job_id):
+    for r in (rec.flat() for rec in store.trial_records(job_id)):
         if r["state"] in ("complete", "fail", "pruned"):
             launched = r["reused_from"] is None and r["fail_reason"] not in ("invalid_config",)
             out.append((r["params"], launched))
@@ -199,14 +214,18 @@ def _flat_objective(truth: Truth, space: SearchSpace) -> Callable[[optuna.Trial]
         p: dict[str, Any] = {"method": trial.suggest_categorical("method", methods)}
         if ng is not None:
             p["ngram.num_speculative_tokens"] = trial.suggest_int(
-                "ngram_k", ng.num_speculative_tokens.min, ng.num_speculative_tokens.max)
+                "ngram_k", ng.num_speculative_tokens.min, ng.num_speculative_tokens.max
+            )
             p["ngram.prompt_lookup_min"] = trial.suggest_int(
-                "lookup_min", ng.prompt_lookup_min.min, ng.prompt_lookup_min.max)
+                "lookup_min", ng.prompt_lookup_min.min, ng.prompt_lookup_min.max
+            )
             p["ngram.prompt_lookup_max"] = trial.suggest_int(
-                "lookup_max", ng.prompt_lookup_max.min, ng.prompt_lookup_max.max)
+                "lookup_max", ng.prompt_lookup_max.min, ng.prompt_lookup_max.max
+            )
         if dm is not None:
             p["draft_model.num_speculative_tokens"] = trial.suggest_int(
-                "draft_k", dm.num_speculative_tokens.min, dm.num_speculative_tokens.max)
+                "draft_k", dm.num_speculative_tokens.min, dm.num_speculative_tokens.max
+            )
             p["draft_model.draft"] = trial.suggest_categorical("draft", dm.drafts)
         p["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", space.max_num_seqs)
         p["memory_fraction"] = trial.suggest_categorical("memory_fraction", space.memory_fraction)
@@ -222,8 +241,9 @@ def _flat_objective(truth: Truth, space: SearchSpace) -> Callable[[optuna.Trial]
     return objective
 
 
-def run_flat(truth: Truth, space: SearchSpace, sampler: optuna.samplers.BaseSampler,
-             budget: int) -> list[tuple[Config, bool]]:  # fmt: skip
+def run_flat(
+    truth: Truth, space: SearchSpace, sampler: optuna.samplers.BaseSampler, budget: int
+) -> list[tuple[Config, bool]]:
     directions = [d for _, d in truth.objectives]
     study = optuna.create_study(directions=directions, sampler=sampler)
     study.optimize(_flat_objective(truth, space), n_trials=budget)
@@ -233,8 +253,15 @@ def run_flat(truth: Truth, space: SearchSpace, sampler: optuna.samplers.BaseSamp
 # --------------------------------------------------------------------------- main
 
 
-def summarize(name: str, runs: list[list[tuple[Config, bool]]], truth: Truth, within: float,
-              hv_trials: int, grid_hv: float, grid_n: int) -> dict[str, Any]:  # fmt: skip
+def summarize(
+    name: str,
+    runs: list[list[tuple[Config, bool]]],
+    truth: Truth,
+    within: float,
+    hv_trials: int,
+    grid_hv: float,
+    grid_n: int,
+) -> dict[str, Any]:
     reach = [_reach(r, truth, within) for r in runs]
     trials = [t for t, _ in reach]
     launches = [n for _, n in reach]
@@ -253,15 +280,20 @@ def summarize(name: str, runs: list[list[tuple[Config, bool]]], truth: Truth, wi
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--surface", required=True, type=Path)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--within", type=float, default=0.03, help="relative distance to the best")
     ap.add_argument("--hv-fraction", type=float, default=0.25)
-    ap.add_argument("--value", choices=["score", "median"], default="score",
-                    help="objective value of a point: the noise-aware score the study ranks by "
-                    "(default) or the plain median of its repeats")
+    ap.add_argument(
+        "--value",
+        choices=["score", "median"],
+        default="score",
+        help="objective value of a point: the noise-aware score the study ranks by "
+        "(default) or the plain median of its repeats",
+    )
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     logging.getLogger("tuner").setLevel(logging.ERROR)
@@ -272,23 +304,35 @@ def main(argv: list[str] | None = None) -> int:
     hv_trials = max(1, math.ceil(args.hv_fraction * n))
     grid_hv = truth.hypervolume(truth.grid)
     name, direction = truth.objectives[0]
-    print(f"surface {args.surface}: {n} configurations, recorded "
-          f"{surface.header['recorded'].get('at', '?')} "
-          f"({surface.header['recorded'].get('engine', 'engine ?')})")  # fmt: skip
-    print(f"objective value: {args.value}; best SLO-feasible {name} at concurrency "
-          f"{space.primary_concurrency}: "
-          f"{truth.best:.2f} ({direction}); target within {args.within:.0%}; "
-          f"{sum(truth.good_enough(c, args.within) for c in truth.grid)} of {n} configurations "
-          f"qualify; hypervolume measured after {hv_trials} trials")  # fmt: skip
-    ranked = sorted(((truth.values(c)[1][0], c) for c in truth.grid
-                     if truth.values(c)[0] and truth.values(c)[1]),
-                    key=lambda x: -x[0] if direction == "maximize" else x[0])  # fmt: skip
+    print(
+        f"surface {args.surface}: {n} configurations, recorded "
+        f"{surface.header['recorded'].get('at', '?')} "
+        f"({surface.header['recorded'].get('engine', 'engine ?')})"
+    )
+    print(
+        f"objective value: {args.value}; best SLO-feasible {name} at concurrency "
+        f"{space.primary_concurrency}: "
+        f"{truth.best:.2f} ({direction}); target within {args.within:.0%}; "
+        f"{sum(truth.good_enough(c, args.within) for c in truth.grid)} of {n} configurations "
+        f"qualify; hypervolume measured after {hv_trials} trials"
+    )
+    ranked = sorted(
+        (
+            (truth.values(c)[1][0], c)
+            for c in truth.grid
+            if truth.values(c)[0] and truth.values(c)[1]
+        ),
+        key=lambda x: -x[0] if direction == "maximize" else x[0],
+    )
     n_tied = sum(truth.tied(c) for c in truth.grid)
-    print(f"top configurations by {name} (the within-{args.within:.0%} set is marked *, the "
-          f"{n_tied} tied with the best by 95% intervals +):")  # fmt: skip
+    print(
+        f"top configurations by {name} (the within-{args.within:.0%} set is marked *, the "
+        f"{n_tied} tied with the best by 95% intervals +):"
+    )
     for v, c in ranked[:8]:
         mark = ("*" if truth.good_enough(c, args.within) else " ") + (
-            "+" if truth.tied(c) else " ")
+            "+" if truth.tied(c) else " "
+        )
         desc = ", ".join(f"{k}={x}" for k, x in c.items() if k != "memory_fraction")
         print(f"  {mark} {v:8.2f}  {desc}")
     cap = 2 * n
@@ -319,16 +363,22 @@ def main(argv: list[str] | None = None) -> int:
     results.append(g)
 
     print()
-    print(f"{'strategy':<10} {'seeds':>5} {'reached':>7} {'trials to 3%':>13} "
-          f"{'launches':>9} {'of grid':>8} {'HV@25%':>7} {'trials to tie':>14}")  # fmt: skip
+    print(
+        f"{'strategy':<10} {'seeds':>5} {'reached':>7} {'trials to 3%':>13} "
+        f"{'launches':>9} {'of grid':>8} {'HV@25%':>7} {'trials to tie':>14}"
+    )
     for r in results:
-        print(f"{r['strategy']:<10} {r['seeds']:>5} {r['reached']:>7} "
-              f"{r['median_trials']:>13g} {r['median_launches']:>9g} "
-              f"{r['trials_ratio']:>8.3f} {r['hv_at_25pct']:>7.3f} "
-              f"{r['median_trials_to_tie']:>14g}")  # fmt: skip
-    print(f"(grid: a sweep knows its answer after all {n} launches; in sweep order the first "
-          f"qualifying configuration is number {first_hit:g}. SpecTune's {args.seeds} studies "
-          f"took {t_spec:.0f} s of replay.)")  # fmt: skip
+        print(
+            f"{r['strategy']:<10} {r['seeds']:>5} {r['reached']:>7} "
+            f"{r['median_trials']:>13g} {r['median_launches']:>9g} "
+            f"{r['trials_ratio']:>8.3f} {r['hv_at_25pct']:>7.3f} "
+            f"{r['median_trials_to_tie']:>14g}"
+        )
+    print(
+        f"(grid: a sweep knows its answer after all {n} launches; in sweep order the first "
+        f"qualifying configuration is number {first_hit:g}. SpecTune's {args.seeds} studies "
+        f"took {t_spec:.0f} s of replay.)"
+    )
     by = {r["strategy"]: r for r in results}
     final = {
         "spectune_trials_ratio": round(by["spectune"]["trials_ratio"], 4),
@@ -347,8 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _extend_spectune(surface: Surface, space: SearchSpace, seed: int, cap: int,
-                     tmp: Path) -> list[tuple[Config, bool]]:  # fmt: skip
+def _extend_spectune(
+    surface: Surface, space: SearchSpace, seed: int, cap: int, tmp: Path
+) -> list[tuple[Config, bool]]:
     """Not reached within the first budget: the same seed again with the full budget."""
     d = tmp / f"long-{seed}"
     d.mkdir(parents=True, exist_ok=True)

@@ -3,14 +3,14 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from tuner.storage._models import Base
+from tuner.storage import Base
 
 config = context.config
 VERSION_TABLE = config.attributes.get("version_table", "spectune_alembic_version")
 OWN_TABLES = set(Base.metadata.tables)
 
 
-def _include(obj, name, type_, reflected, compare_to):  # noqa: ANN001
+def _include(obj: object, name: str, type_: str, reflected: bool, compare_to: object) -> bool:
     # Autogenerate must never propose dropping Optuna's tables.
     return not (type_ == "table" and name not in OWN_TABLES)
 

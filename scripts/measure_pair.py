@@ -64,6 +64,7 @@ def measure_config(
                 num_requests=len(prompts),
                 max_tokens=max_tokens,
                 warmup_requests=2,
+                probe=srv.probe,
             )
         )
         texts = asyncio.run(_greedy_texts(srv.base_url, [p.prompt for p in prompts], max_tokens))
@@ -94,13 +95,23 @@ def main() -> None:
     draft = f"draft_model_k{args.k}"
     for name, spec in (
         ("baseline", None),
-        (draft, {"method": "draft_model", "model": str(args.models / "draft"),
-                 "num_speculative_tokens": args.k}),
-    ):  # fmt: skip
+        (
+            draft,
+            {
+                "method": "draft_model",
+                "model": str(args.models / "draft"),
+                "num_speculative_tokens": args.k,
+            },
+        ),
+    ):
         results[name], texts[name] = measure_config(
-            name, args.models / "target", spec, work, concurrency=args.concurrency,
+            name,
+            args.models / "target",
+            spec,
+            work,
+            concurrency=args.concurrency,
             max_tokens=args.max_tokens,
-        )  # fmt: skip
+        )
     a, b = texts["baseline"], texts[draft]
     results["greedy_text_match"] = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
     results["prompts"] = len(a)

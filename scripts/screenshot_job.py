@@ -28,8 +28,17 @@ def main() -> None:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    cmd = [sys.executable, "-m", "tuner.cli", "serve", "--no-worker", "--db", args.db,
-           "--port", str(args.port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        "serve",
+        "--no-worker",
+        "--db",
+        args.db,
+        "--port",
+        str(args.port),
+    ]
     proc = subprocess.Popen(cmd, start_new_session=True, cwd=REPO)
     base = f"http://127.0.0.1:{args.port}"
     try:

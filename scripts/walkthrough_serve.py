@@ -41,8 +41,11 @@ def main() -> int:
     ap.add_argument("--db", default=None, help="default: a fresh SQLite file under .spectune/")
     ap.add_argument("--out", type=Path, default=Path("/tmp/walkthrough-job-page.png"))
     ap.add_argument("--timeout-s", type=float, default=1800)
-    ap.add_argument("--job", type=int, help="skip submitting: walk through this finished job "
-                    "of --db (served without a worker)")
+    ap.add_argument(
+        "--job",
+        type=int,
+        help="skip submitting: walk through this finished job of --db (served without a worker)",
+    )
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -105,9 +108,12 @@ def main() -> int:
             page.wait_for_function(
                 "n => document.querySelectorAll('.pt.sel').length === n", arg=n_sel
             )
-            say(t0, f"Pareto chart: {len(rep['points'])} points, {n_sel} at concurrency "
-                    f"{rep['concurrency']}; summary: "
-                    f"{page.inner_text('[data-testid=pareto-summary]')}")  # fmt: skip
+            say(
+                t0,
+                f"Pareto chart: {len(rep['points'])} points, {n_sel} at concurrency "
+                f"{rep['concurrency']}; summary: "
+                f"{page.inner_text('[data-testid=pareto-summary]')}",
+            )
 
             def copy_winner(slo_ms: float | None) -> str:
                 page.wait_for_selector("button.copy[data-format=vllm-json]:not([disabled])")
@@ -124,14 +130,18 @@ def main() -> int:
                 json.loads(copied)
                 return copied
 
-            say(t0, f"copied the winning --speculative-config at the preset's SLO "
-                    f"({rep['slo']}): {copy_winner(None)}")  # fmt: skip
+            say(
+                t0,
+                f"copied the winning --speculative-config at the preset's SLO "
+                f"({rep['slo']}): {copy_winner(None)}",
+            )
             page.reload()
             page.wait_for_function(
                 "n => document.querySelectorAll('.pt.sel').length === n", arg=n_sel
             )
-            tpots = sorted(q["p99_tpot_ms"] for q in rep["points"]
-                           if q["concurrency"] == rep["concurrency"])  # fmt: skip
+            tpots = sorted(
+                q["p99_tpot_ms"] for q in rep["points"] if q["concurrency"] == rep["concurrency"]
+            )
             mid = (tpots[0] + tpots[-1]) / 2
             page.fill("#slo-tpot", f"{mid:.3f}")
             page.wait_for_function(

@@ -14,6 +14,14 @@ TINY = REPO / "models" / "tiny"
 
 
 @pytest.fixture
+def space_dir(tmp_path: Path) -> Path:
+    """A target, a draft sharing its vocabulary, and one that does not (tests/fake_space.py)."""
+    from tests.fake_space import make_space_dir
+
+    return make_space_dir(tmp_path)
+
+
+@pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'spectune.db'}"
 
@@ -40,3 +48,10 @@ def tiny_models(tmp_path: Path) -> Path:
 def copy_model(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def trial_records(url: str, job_id: int) -> list[dict]:
+    """The trial read model as ``spectune trials --json`` prints it (metrics at top level)."""
+    from tuner.storage import Store
+
+    return [r.flat() for r in Store(url).trial_records(job_id)]

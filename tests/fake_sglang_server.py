@@ -77,9 +77,12 @@ def main() -> None:
     spec = {"method": a.speculative_algorithm, "num_speculative_tokens": k} if k else None
     ns = argparse.Namespace(
         speculative_config=json.dumps(spec) if spec else None,
-        fake_acceptance=a.fake_acceptance, fake_token_ms=a.fake_token_ms, fake_drop_after=0,
-        fake_http_error=0, fake_lossy=False,
-    )  # fmt: skip
+        fake_acceptance=a.fake_acceptance,
+        fake_token_ms=a.fake_token_ms,
+        fake_drop_after=0,
+        fake_http_error=0,
+        fake_lossy=False,
+    )
     eng = FakeEngine(ns)
 
     def accept_length() -> float:
@@ -106,17 +109,25 @@ def main() -> None:
 
     async def server_info(_req: web.Request) -> web.Response:
         st = {"avg_spec_accept_length": accept_length()} if spec else {}
-        return web.json_response({"model_path": a.model_path, "internal_states": [st],
-                                  "speculative_algorithm": a.speculative_algorithm})  # fmt: skip
+        return web.json_response(
+            {
+                "model_path": a.model_path,
+                "internal_states": [st],
+                "speculative_algorithm": a.speculative_algorithm,
+            }
+        )
 
     async def generate(req: web.Request) -> web.Response:
         body = await req.json()
         n = int(body["sampling_params"]["max_new_tokens"])
         seed = sum(body["text"].encode()) % 1000
         return web.json_response(
-            {"text": " tok" * n, "output_ids": [(seed + i) % 4096 for i in range(n)],
-             "meta_info": {"completion_tokens": n}}
-        )  # fmt: skip
+            {
+                "text": " tok" * n,
+                "output_ids": [(seed + i) % 4096 for i in range(n)],
+                "meta_info": {"completion_tokens": n},
+            }
+        )
 
     async def flush(_req: web.Request) -> web.Response:
         eng.resets += 1

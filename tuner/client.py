@@ -19,6 +19,7 @@ import httpx
 
 from tuner.api.schemas import (
     ExportFormat,
+    ExportFormatList,
     JobList,
     JobPublic,
     ParetoPublic,
@@ -171,6 +172,10 @@ class SpecTuneClient:
     ) -> str:
         params = {"format": fmt, **self._slice(slo, concurrency)}
         return self._call("GET", f"/api/jobs/{job_id}/export", params=params)["text"]
+
+    def export_formats(self) -> ExportFormatList:
+        """Every format ``export`` takes, with its label and engine."""
+        return ExportFormatList.model_validate(self._call("GET", "/api/export-formats"))
 
     def presets(self) -> list[SearchSpacePreset]:
         return [

@@ -14,14 +14,16 @@ from typing import Any
 
 import optuna
 
+from tuner.candidates import sample_candidate
 from tuner.pareto import Report
+from tuner.storage import JobNotFound, Store
 
 __all__ = ["explain", "param_importances"]
 
 MIN_TRIALS_FOR_IMPORTANCE = 4
 
 
-def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
+def param_importances(store: Store, job_id: int) -> tuple[dict[str, float], int]:
     """Importance of method, depth, batch size and memory fraction for the first objective
     (fANOVA, Optuna's default evaluator), and the number of distinct configurations it rests
     on; empty when there are fewer than MIN_TRIALS_FOR_IMPORTANCE.
@@ -29,13 +31,11 @@ def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
     The job's own parameters are conditional (a draft's depth exists only in draft trials),
     which fANOVA would rank on a handful of trials each; so the complete trials are copied into
     an in-memory study on the parameters every configuration has, depth 0 meaning none."""
-    from tuner.storage import JobModel, session_scope
-    from tuner.study import sample_candidate, space_of_job, study_name_for
-
-    with session_scope(url) as s:
-        job = s.get(JobModel, job_id)
-        space = space_of_job(job) if job is not None else None
-    study = optuna.load_study(study_name=study_name_for(job_id), storage=url)
+    try:
+        space = store.space(job_id)
+    except JobNotFound:
+        space = None
+    study = store.load_study(job_id)
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     rows: dict[tuple, float] = {}
     for t in done:
@@ -47,27 +47,41 @@ def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
                 pass
         method = t.params.get("method", "none")
         depth = t.params.get(f"{method}.num_speculative_tokens", 0)
-        key = (method, depth, t.params.get("max_num_seqs"), t.params.get("memory_fraction"),
-               tuple(sorted(t.params.items())))  # fmt: skip
+        key = (
+            method,
+            depth,
+            t.params.get("max_num_seqs"),
+            t.params.get("memory_fraction"),
+            tuple(sorted(t.params.items())),
+        )
         rows[key] = t.values[0]
     if len(rows) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}, len(rows)
     dists = {
         "method": optuna.distributions.CategoricalDistribution(sorted({k[0] for k in rows})),
         "num_speculative_tokens": optuna.distributions.IntDistribution(
-            0, max(1, max(k[1] for k in rows))),
-        "max_num_seqs": optuna.distributions.CategoricalDistribution(
-            sorted({k[2] for k in rows})),
+            0, max(1, max(k[1] for k in rows))
+        ),
+        "max_num_seqs": optuna.distributions.CategoricalDistribution(sorted({k[2] for k in rows})),
         "memory_fraction": optuna.distributions.CategoricalDistribution(
-            sorted({k[3] for k in rows})),
-    }  # fmt: skip
+            sorted({k[3] for k in rows})
+        ),
+    }
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the in-memory copy is not news
     flat = optuna.create_study(direction=study.directions[0])
     for (method, depth, seqs, mem, _), value in rows.items():
-        flat.add_trial(optuna.trial.create_trial(
-            params={"method": method, "num_speculative_tokens": depth, "max_num_seqs": seqs,
-                    "memory_fraction": mem},
-            distributions=dists, value=value))  # fmt: skip
+        flat.add_trial(
+            optuna.trial.create_trial(
+                params={
+                    "method": method,
+                    "num_speculative_tokens": depth,
+                    "max_num_seqs": seqs,
+                    "memory_fraction": mem,
+                },
+                distributions=dists,
+                value=value,
+            )
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -77,8 +91,9 @@ def param_importances(url: str, job_id: int) -> tuple[dict[str, float], int]:
     return {k: float(v) for k, v in imp.items() if v > 0}, len(rows)
 
 
-def explain(rep: Report, importances: dict[str, float] | None = None,
-            n_trials: int = 0) -> list[str]:  # fmt: skip
+def explain(
+    rep: Report, importances: dict[str, float] | None = None, n_trials: int = 0
+) -> list[str]:
     """Plain sentences, one per fact."""
     w = rep.winner
     if w is None:
@@ -98,8 +113,10 @@ def explain(rep: Report, importances: dict[str, float] | None = None,
                 f"The target accepted {acc:.1%} of the {k} drafted tokens per round; a round "
                 f"commits {mal:.2f} tokens on average (accepted drafts + the target's own)."
             )
-        v = next((v for v in rep.verdicts.get(w.trial_number, [])
-                  if v.concurrency == rep.concurrency), None)  # fmt: skip
+        v = next(
+            (v for v in rep.verdicts.get(w.trial_number, []) if v.concurrency == rep.concurrency),
+            None,
+        )
         if v is not None:
             lines.append(
                 f"Time per committed token: {v.spec_ms_per_token:.2f} ms against the baseline's "
@@ -111,8 +128,10 @@ def explain(rep: Report, importances: dict[str, float] | None = None,
         if cross is None and levels:
             lines.append(f"It pays at every concurrency measured ({', '.join(map(str, levels))}).")
         elif cross is not None:
-            lines.append(f"It stops paying from concurrency {cross}: above that, serve without "
-                         "speculation or use a depth schedule.")  # fmt: skip
+            lines.append(
+                f"It stops paying from concurrency {cross}: above that, serve without "
+                "speculation or use a depth schedule."
+            )
     if importances:
         top = sorted(importances.items(), key=lambda kv: -kv[1])[:3]
         lines.append(

@@ -2,50 +2,33 @@
 
 from __future__ import annotations
 
-import json
-from typing import Literal
+from typing import Any
 
-import yaml
-
-from tuner.engines import EngineConfig, export_cli, sglang_cli
+from tuner.engines import EXPORT_FORMATS, EngineConfig, ExportUnsupported, render_export
 from tuner.pareto import Point, Report, job_report
+from tuner.storage import Store
 
-__all__ = ["FORMATS", "ExportError", "depth_schedule", "export_point", "export_job"]
+__all__ = [
+    "FORMATS",
+    "ExportError",
+    "depth_schedule",
+    "export_job",
+    "export_point",
+    "winner_exports",
+]
 
-FORMATS = ("vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml")
-Format = Literal["vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml"]
-
-# vLLM method -> TensorRT-LLM speculative_config.decoding_type ("Eagle" there means EAGLE-3).
-TRTLLM_DECODING = {"ngram": "NGram", "draft_model": "DraftTarget", "eagle3": "Eagle3",
-                   "mtp": "MTP"}  # fmt: skip
-
-
-def trtllm_yaml(cfg: EngineConfig) -> str:
-    """The YAML TensorRT-LLM takes with ``--config`` (``trtllm-serve MODEL --config F``)."""
-    spec = cfg.speculative_config
-    doc: dict = {"max_batch_size": cfg.max_num_seqs, "max_seq_len": cfg.max_model_len,
-                 "kv_cache_config": {"free_gpu_memory_fraction": cfg.memory_fraction}}  # fmt: skip
-    if spec is not None:
-        method = spec["method"]
-        if method not in TRTLLM_DECODING:
-            raise ExportError(
-                f"TensorRT-LLM has no decoding type for {method!r} (its Eagle is EAGLE-3; "
-                "EAGLE-1 heads do not load there)"
-            )
-        k = int(spec["num_speculative_tokens"])
-        sc: dict = {"decoding_type": TRTLLM_DECODING[method], "max_draft_len": k}
-        if method in ("draft_model", "eagle3"):
-            sc["speculative_model"] = spec["model"]
-        elif method == "ngram":
-            sc["max_matching_ngram_size"] = int(spec.get("prompt_lookup_max") or k)
-        elif method == "mtp":
-            sc["num_nextn_predict_layers"] = k
-        doc["speculative_config"] = sc
-    return yaml.safe_dump(doc, sort_keys=False)
+FORMATS = tuple(f.name for f in EXPORT_FORMATS)  # the one list, from tuner.engines
 
 
-_FAMILY_KEYS = ("draft", "head", "target", "prompt_lookup_min", "prompt_lookup_max",
-                "max_num_seqs", "memory_fraction")  # fmt: skip
+_FAMILY_KEYS = (
+    "draft",
+    "head",
+    "target",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "max_num_seqs",
+    "memory_fraction",
+)
 
 
 def depth_schedule(rep: Report) -> list[list[int]] | None:
@@ -65,8 +48,12 @@ def depth_schedule(rep: Report) -> list[list[int]] | None:
     levels = sorted(rep.baseline_by_conc)
     best: list[int] = []
     for c in levels:
-        cands = [(v.spec_ms_per_token, k) for n, k in family.items()
-                 for v in rep.verdicts.get(n, []) if v.concurrency == c]  # fmt: skip
+        cands = [
+            (v.spec_ms_per_token, k)
+            for n, k in family.items()
+            for v in rep.verdicts.get(n, [])
+            if v.concurrency == c
+        ]
         if not cands:
             return None
         ms, k = min(cands)
@@ -88,37 +75,21 @@ class ExportError(LookupError):
 
 
 def export_point(p: Point, fmt: str, rep: Report | None = None) -> str:
-    cfg = EngineConfig.from_dict(p.engine_config)
-    if fmt == "vllm-schedule-json":
-        sched = depth_schedule(rep) if rep is not None else None
-        if sched is None or cfg.speculative_config is None:
-            raise ExportError(
-                "no depth schedule: the same depth is best at every concurrency measured "
-                "(or speculation never pays); use vllm-json"
-            )
-        spec = dict(cfg.speculative_config)
-        spec["num_speculative_tokens"] = max(k for _, _, k in sched)
-        spec["num_speculative_tokens_per_batch_size"] = sched
-        return json.dumps(spec, separators=(", ", ": "))
-    if fmt == "vllm-json":
-        # Only the object that goes after --speculative-config; null when the baseline wins.
-        return json.dumps(cfg.speculative_config, separators=(", ", ": "))
-    if fmt == "vllm-cli":
-        return export_cli(cfg)
-    if fmt == "sglang":
-        try:
-            return sglang_cli(cfg)
-        except ValueError as e:
-            raise ExportError(str(e)) from None
-    if fmt == "trtllm-yaml":
-        return trtllm_yaml(cfg)
-    raise ExportError(f"format: unknown {fmt!r}; choose from {', '.join(FORMATS)}")
-
-
-def export_job(url: str, job_id: int, fmt: str, **report_kw) -> str:
+    """The winner ``p`` in format ``fmt``; the schedule format reads the report's levels."""
     if fmt not in FORMATS:
         raise ExportError(f"format: unknown {fmt!r}; choose from {', '.join(FORMATS)}")
-    rep = job_report(url, job_id, **report_kw)
+    cfg = EngineConfig.from_dict(p.engine_config)
+    schedule = depth_schedule(rep) if rep is not None and fmt == "vllm-schedule-json" else None
+    try:
+        return render_export(fmt, cfg, schedule)
+    except ExportUnsupported as e:
+        raise ExportError(str(e)) from None
+
+
+def export_job(store: Store, job_id: int, fmt: str, **report_kw: Any) -> str:
+    if fmt not in FORMATS:
+        raise ExportError(f"format: unknown {fmt!r}; choose from {', '.join(FORMATS)}")
+    rep = job_report(store, job_id, **report_kw)
     if rep.replay_surface is not None:
         raise ExportError(
             f"job {job_id} replayed the recorded surface {rep.replay_surface} to benchmark the "
@@ -130,3 +101,21 @@ def export_job(url: str, job_id: int, fmt: str, **report_kw) -> str:
             f"on workload {rep.workload} under SLO {rep.slo or 'none'}"
         )
     return export_point(rep.winner, fmt, rep)
+
+
+def winner_exports(rep: Report) -> dict[str, str | None]:
+    """For each format, why the report's winner has no form in it (None: it has one), so a
+    page can show the reason without asking for an export that must fail."""
+    out: dict[str, str | None] = {}
+    for name in FORMATS:
+        if rep.replay_surface is not None:
+            out[name] = "a replayed surface: nothing was measured in this job"
+        elif rep.winner is None:
+            out[name] = "nothing feasible under this SLO: nothing to export"
+        else:
+            try:
+                export_point(rep.winner, name, rep)
+                out[name] = None
+            except ExportError as e:
+                out[name] = str(e)
+    return out

@@ -1,8 +1,9 @@
 """Measurement math: latency percentiles, goodput, and speculative-decoding acceptance.
 
-Acceptance comes from the engine's own counters, read before and after a measurement:
-acceptance rate = d(accepted) / d(draft tokens); mean acceptance length = 1 + d(accepted) /
-d(drafts) (the bonus token counts); per-position rate = d(accepted at i) / d(drafts).
+Engine-neutral: each engine's probe (``tuner.engines``) reads its own counters; the math on
+them is here. Acceptance from counters read before and after a measurement: acceptance rate
+= d(accepted) / d(draft tokens); mean acceptance length = 1 + d(accepted) / d(drafts) (the
+bonus token counts); per-position rate = d(accepted at i) / d(drafts).
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "LoadError",
     "Measurement",
     "RequestResult",
     "SpecCounters",
     "SpecStats",
-    "parse_queue_time",
-    "parse_spec_counters",
+    "WindowReading",
     "queue_delta",
     "spec_delta",
     "summarize",
 ]
 
-_PREFIX = "vllm:spec_decode_"
+
+class LoadError(RuntimeError):
+    """The measurement could not be made (server unreachable, metrics unreadable)."""
 
 
 @dataclass
@@ -68,88 +71,14 @@ class SpecStats:
     per_position_acceptance: list[float]
 
 
-def parse_spec_counters(text: str) -> SpecCounters:
-    """Sum vLLM's spec-decode counters over all label sets (one per engine) in /metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
+@dataclass
+class WindowReading:
+    """What the engine itself reported about one measured window, filled by its probe when
+    the window closes: acceptance (None without speculation or counters) and the mean time
+    requests waited in its queue (ms; None when not exposed)."""
 
-    drafts = draft_tokens = accepted = 0.0
-    per_pos: dict[int, float] = {}
-    present = False
-    for fam in text_string_to_metric_families(text):
-        if not fam.name.startswith(_PREFIX):
-            continue
-        for s in fam.samples:
-            if not s.name.endswith("_total"):
-                continue  # skip *_created timestamps
-            present = True
-            base = s.name.removesuffix("_total")
-            if base == _PREFIX + "num_drafts":
-                drafts += s.value
-            elif base == _PREFIX + "num_draft_tokens":
-                draft_tokens += s.value
-            elif base == _PREFIX + "num_accepted_tokens":
-                accepted += s.value
-            elif base == _PREFIX + "num_accepted_tokens_per_pos":
-                pos = int(s.labels.get("position", "0"))
-                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
-    ordered = tuple(per_pos[i] for i in sorted(per_pos))
-    return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
-
-
-def parse_sglang_spec_gauges(text: str) -> tuple[float, float] | None:
-    """(mean acceptance length, acceptance rate) from SGLang's ``sglang:spec_accept_length``
-    and ``sglang:spec_accept_rate`` gauges (averaged over label sets); None when absent or
-    zero (no speculative step has run yet)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    got: dict[str, list[float]] = {"length": [], "rate": []}
-    for fam in text_string_to_metric_families(text):
-        key = {"sglang:spec_accept_length": "length", "sglang:spec_accept_rate": "rate"}.get(
-            fam.name
-        )
-        if key is None:
-            continue
-        got[key] += [s.value for s in fam.samples]
-    if not got["length"] or max(got["length"]) <= 0:
-        return None
-    rate = sum(got["rate"]) / len(got["rate"]) if got["rate"] else float("nan")
-    return sum(got["length"]) / len(got["length"]), rate
-
-
-def sglang_spec_stats(samples: list[tuple[float, float]]) -> SpecStats | None:
-    """Acceptance over a window from gauge samples taken while it ran. SGLang exposes running
-    averages, not counters, so the window's value is the mean of its samples; token counts
-    and per-position acceptance are not exposed (reported as 0 / empty)."""
-    if not samples:
-        return None
-    length = sum(s[0] for s in samples) / len(samples)
-    rates = [s[1] for s in samples if s[1] == s[1]]  # drop NaN (rate gauge missing)
-    return SpecStats(
-        num_drafts=0,
-        num_draft_tokens=0,
-        num_accepted_tokens=0,
-        acceptance_rate=sum(rates) / len(rates) if rates else None,
-        mean_acceptance_length=length,
-        per_position_acceptance=[],
-    )
-
-
-def parse_queue_time(text: str) -> tuple[float, float] | None:
-    """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = count = 0.0
-    seen = False
-    for fam in text_string_to_metric_families(text):
-        if fam.name != "vllm:request_queue_time_seconds":
-            continue
-        for s in fam.samples:
-            if s.name.endswith("_sum"):
-                total += s.value
-                seen = True
-            elif s.name.endswith("_count"):
-                count += s.value
-    return (total, count) if seen else None
+    spec: SpecStats | None = None
+    mean_queue_ms: float | None = None
 
 
 def queue_delta(

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 
-from tuner.storage import JobModel, TrialModel, session_scope
+from tuner.storage import Store, space_of_job
 
 __all__ = [
     "Point",
@@ -25,6 +24,7 @@ __all__ = [
     "feasible",
     "job_report",
     "pareto_mask",
+    "score",
     "select_winner",
     "verdicts",
 ]
@@ -140,7 +140,7 @@ def pareto_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     return mask
 
 
-def _score(p: Point, metric: str) -> float:
+def score(p: Point, metric: str) -> float:
     """The noise-aware score the study ranked on, or the plain value for a single run."""
     return float((p.metrics.get("score") or {}).get(metric, p.metrics[metric]))
 
@@ -197,7 +197,7 @@ class Report:
 
 
 def job_report(
-    url: str,
+    store: Store,
     job_id: int,
     *,
     workload: str | None = None,
@@ -210,38 +210,18 @@ def job_report(
 
     Only trials served from one checkpoint (``target``; default engine.model) are compared:
     a method that serves another checkpoint (an MTP model) is another target, with its own
-    baseline, front and verdicts in ``job_report(..., target=that)``."""
-    from tuner.study import JobNotFound, space_of_job
-
-    with session_scope(url) as s:
-        job = s.get(JobModel, job_id)
-        if job is None:
-            raise JobNotFound(f"job {job_id} not found")
-        space = space_of_job(job)
-        rows = s.scalars(
-            select(TrialModel)
-            .where(
-                TrialModel.job_id == job_id,
-                TrialModel.state.in_(["complete", "pruned"]),
-                TrialModel.reused_from.is_(None),
-            )
-            .order_by(TrialModel.number)
-        ).all()
-        raw = [
-            (r.number, r.method, r.params, r.engine_config, [m.metrics for m in r.measurements],
-             r.lossless_match_rate, r.kv_cache_tokens, r.peak_rss_mb)
-            for r in rows
-        ]  # fmt: skip
-        pruned_numbers = {r.number for r in rows if r.state == "pruned"}
-        refs = [(r.name, r.base_url, r.model, r.state, r.error, list(r.measurements or []))
-                for r in job.references]  # fmt: skip
+    baseline, front and verdicts in ``job_report(..., target=that)``. JobNotFound when the
+    job does not exist; ValueError for a target it did not measure."""
+    space = space_of_job(store.job(job_id))
+    rows = store.trials(job_id, states=("complete", "pruned"), launched_only=True)
+    pruned_numbers = {r.number for r in rows if r.state == "pruned"}
     main = space.resolve(space.engine.model)
     tgt = target or main
-    seen = [main] + [e.get("model") for _, _, _, e, *_ in raw]
+    seen = [main] + [r.engine_config.get("model") for r in rows]
     if target is not None and target not in seen:
         raise ValueError(f"target {target!r} was not measured in job {job_id}")
     others = tuple(dict.fromkeys(t for t in seen if t != tgt and t))
-    raw = [r for r in raw if (r[3].get("model") or main) == tgt]
+    rows = [r for r in rows if (r.engine_config.get("model") or main) == tgt]
     wl = workload or space.primary_workload
     conc = concurrency or space.primary_concurrency
     limits = space.slo.limits() if slo is None else slo
@@ -250,46 +230,75 @@ def job_report(
     points = []
     pruned = []
     by_trial: dict[int, dict[int, dict[str, Any]]] = {}
-    for number, method, params, ecfg, ms, rate, kv, rss in raw:
-        for m in ms:
+    for r in rows:
+        rate = r.lossless_match_rate
+        for m in (dict(mm.metrics) for mm in r.measurements):
             if m["workload"] != wl:
                 continue
-            by_trial.setdefault(number, {})[m["concurrency"]] = m
+            by_trial.setdefault(r.number, {})[m["concurrency"]] = m
             if m["concurrency"] == conc:
                 ok, why = feasible(m, limits, lossless_match_rate=rate, min_match_rate=min_match)
-                p = Point(number, method, params, ecfg, m, ok, why, rate, kv, rss)
+                p = Point(
+                    r.number,
+                    r.method,
+                    dict(r.params),
+                    dict(r.engine_config),
+                    m,
+                    ok,
+                    why,
+                    rate,
+                    r.kv_cache_tokens,
+                    r.peak_rss_mb,
+                )
                 # A pruned trial keeps its measured point and verdict, never the front.
-                (pruned if number in pruned_numbers else points).append(p)
+                (pruned if r.number in pruned_numbers else points).append(p)
     references = []
-    for name, base_url, model, state, error, ms in refs:
+    for ref in store.references(job_id):
+        ms = list(ref.measurements or [])
         m = next((m for m in ms if m["workload"] == wl and m["concurrency"] == conc), None)
-        if state != "complete" or m is None:
-            references.append(Reference(name, base_url, model, None, False,
-                                        ("not measured",), error))  # fmt: skip
+        if ref.state != "complete" or m is None:
+            references.append(
+                Reference(
+                    ref.name, ref.base_url, ref.model, None, False, ("not measured",), ref.error
+                )
+            )
             continue
         ok, why = feasible(m, limits)
-        references.append(Reference(name, base_url, model, m, ok, why))
+        references.append(Reference(ref.name, ref.base_url, ref.model, m, ok, why))
     feas = [
         p
         for p in points
         if p.feasible and all(p.metrics.get(name) is not None for name, _ in objectives)
     ]
-    vals = np.array([[_score(p, name) for name, _ in objectives] for p in feas], dtype=float)
+    vals = np.array([[score(p, name) for name, _ in objectives] for p in feas], dtype=float)
     mask = pareto_mask(vals, [d for _, d in objectives])
     front = [p for p, keep in zip(feas, mask, strict=True) if keep]
-    base_number = next((n for n, m, *_ in raw if m == "none"), None)
+    base_number = next((r.number for r in rows if r.method == "none"), None)
     base = next((p for p in points if p.trial_number == base_number), None)
     base_by_conc = by_trial.get(base_number, {}) if base_number is not None else {}
     vd: dict[int, list[Verdict]] = {}
     cross: dict[int, int | None] = {}
-    for number, method, *_ in raw:
-        if method == "none" or number not in by_trial:
+    for r in rows:
+        if r.method == "none" or r.number not in by_trial:
             continue
-        vd[number] = verdicts(by_trial[number], base_by_conc)
-        cross[number] = crossover_concurrency(vd[number])
+        vd[r.number] = verdicts(by_trial[r.number], base_by_conc)
+        cross[r.number] = crossover_concurrency(vd[r.number])
     return Report(
-        job_id, wl, conc, limits, objectives, points, front, base,
-        select_winner(front, objectives), vd, cross, base_by_conc,
-        space.resolve(space.engine.surface) if space.engine.kind == "replay" else None,
-        tgt, others, tuple(references), tuple(pruned),
-    )  # fmt: skip
+        job_id=job_id,
+        workload=wl,
+        concurrency=conc,
+        slo=limits,
+        objectives=objectives,
+        points=points,
+        front=front,
+        baseline=base,
+        winner=select_winner(front, objectives),
+        verdicts=vd,
+        crossover=cross,
+        baseline_by_conc=base_by_conc,
+        replay_surface=space.resolve(space.engine.surface) if space.engine.surface else None,
+        target=tgt,
+        other_targets=others,
+        references=tuple(references),
+        pruned=tuple(pruned),
+    )

@@ -14,10 +14,14 @@ Every refusal names the field of the search space it comes from.
 from __future__ import annotations
 
 import json
+import shutil
 import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tuner.engines import EngineConfig
 
@@ -122,21 +126,19 @@ def device_memory_bytes(device: str) -> int | None:
         except (OSError, ValueError, IndexError):
             pass
         try:
-            import psutil
-
             return int(psutil.virtual_memory().total)
         except Exception:
             return None
-    import shutil
-    import subprocess
-
     if shutil.which("nvidia-smi") is None:
         return None
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.split()  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
         return int(float(out[0]) * 2**20) if out else None
     except (OSError, subprocess.SubprocessError, ValueError):
         return None

@@ -52,12 +52,25 @@ STAT_METRICS = (
     "mean_acceptance_length",
 )
 
+# What each raw run keeps under ``runs``.
+_RUN_KEYS = (
+    "output_tok_per_s",
+    "p99_tpot_ms",
+    "p99_ttft_ms",
+    "acceptance_rate",
+    "num_failed",
+    "duration_s",
+)
+
 # Two-sided 95 % Student t quantiles by degrees of freedom (1..30); beyond: normal.
 _T975 = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-]  # fmt: skip
+    float(x)
+    for x in """
+    12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228
+    2.201  2.179 2.160 2.145 2.131 2.120 2.110 2.101 2.093 2.086
+    2.080  2.074 2.069 2.064 2.060 2.056 2.052 2.048 2.045 2.042
+    """.split()
+]
 
 
 def t975(df: int) -> float:
@@ -123,9 +136,5 @@ def aggregate(repeats: Sequence[Measurement], *, remeasured: int = 0) -> dict[st
     out["repeats"] = len(runs)
     out["remeasured"] = remeasured
     out["stats"] = stats
-    out["runs"] = [
-        {k: r.get(k) for k in ("output_tok_per_s", "p99_tpot_ms", "p99_ttft_ms",
-                               "acceptance_rate", "num_failed", "duration_s")}
-        for r in runs
-    ]  # fmt: skip
+    out["runs"] = [{k: r.get(k) for k in _RUN_KEYS} for r in runs]
     return out

@@ -4,6 +4,8 @@
 // check mark; whiskers are the 95% intervals over the repeats (clipped at the plot's edge,
 // where they have no cap); the SLO is a vertical line you can drag.
 
+import { describe } from "./util.js";
+
 const NS = "http://www.w3.org/2000/svg";
 const W = 720, H = 380, M = { l: 64, r: 24, t: 16, b: 48 };
 
@@ -21,17 +23,6 @@ function ticks(max, n = 5) {
   const out = [];
   for (let v = 0; v <= max + 1e-9; v += step) out.push(+v.toPrecision(6));
   return out;
-}
-
-export function describe(p) {
-  const pr = p.params || {};
-  const on = pr.target ? ` on ${String(pr.target).split("/").pop()}` : "";
-  if (p.method === "none") return `baseline (no speculation)${on}, seqs=${pr.max_num_seqs}`;
-  let s = `${p.method} k=${pr.num_speculative_tokens}`;
-  if (p.method === "ngram") s += ` lookup=${pr.prompt_lookup_min}..${pr.prompt_lookup_max}`;
-  if (p.method === "draft_model" && pr.draft) s += ` draft=${String(pr.draft).split("/").pop()}`;
-  if (pr.head) s += ` head=${String(pr.head).split("/").pop()}`;
-  return `${s}${on}, seqs=${pr.max_num_seqs}`;
 }
 
 // Draws into `host` (a div). `onSlo(value, final)` is called while the SLO line is dragged.

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tuner.api.routes import exports, health, jobs, pareto, search_spaces, trials
 from tuner.api.settings import ServiceSettings
-from tuner.storage import SchemaOutOfDate, StorageError, ensure_schema
+from tuner.storage import JobNotFound, SchemaOutOfDate, StorageError, Store, TrialNotFound
 from tuner.worker import Worker
 
 __all__ = ["create_app"]
@@ -89,11 +89,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(ensure_schema, settings.database_url)
+        store = Store(settings.database_url)
+        await run_in_threadpool(store.ensure_schema)
         worker = None
         if embedded:
             worker = Worker(
-                settings.database_url,
+                store,
                 work_dir=settings.work_dir,
                 poll_s=settings.worker_poll_s,
                 heartbeat_s=settings.worker_heartbeat_s,
@@ -120,6 +121,12 @@ def create_app(
 
     for r in (health, jobs, trials, pareto, exports, search_spaces):
         app.include_router(r.router)
+
+    @app.exception_handler(JobNotFound)
+    @app.exception_handler(TrialNotFound)
+    async def _not_found(_req: Request, exc: LookupError) -> JSONResponse:
+        # The one place a missing job or trial becomes a 404 (the store raises them).
+        return JSONResponse({"detail": str(exc)}, status_code=404)
 
     @app.exception_handler(SchemaOutOfDate)
     async def _schema(_req: Request, exc: SchemaOutOfDate) -> JSONResponse:

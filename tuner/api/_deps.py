@@ -1,4 +1,4 @@
-"""Annotated dependencies shared by the routers: settings, database URL, auth, query slices."""
+"""Annotated dependencies shared by the routers: settings, the store, auth, query slices."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tuner.api._service import ReportQuery
+from tuner.api.services.pareto import ReportQuery
 from tuner.api.settings import ServiceSettings, token_matches
+from tuner.storage import Store
 
 __all__ = [
     "Authorized",
-    "DbUrl",
     "JobId",
     "ReportQueryDep",
     "SettingsDep",
+    "StoreDep",
+    "get_settings",
+    "get_store",
     "require_token",
 ]
 
@@ -27,11 +30,13 @@ def get_settings(request: Request) -> ServiceSettings:
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 
 
-def get_db_url(settings: SettingsDep) -> str:
-    return settings.database_url
+def get_store(settings: SettingsDep) -> Store:
+    """The service's database (as the FastAPI template's ``SessionDep``): the routes and
+    services reach it only through this ``Store``, which owns every session."""
+    return Store(settings.database_url)
 
 
-DbUrl = Annotated[str, Depends(get_db_url)]
+StoreDep = Annotated[Store, Depends(get_store)]
 
 _bearer = HTTPBearer(auto_error=False, description="a token whose SHA-256 is configured")
 
@@ -55,6 +60,11 @@ Authorized = Depends(require_token)
 
 JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="job id")]
 
+_TARGET = (
+    "another served checkpoint of the job (an MTP model): its own front against its own "
+    "baseline; default engine.model"
+)
+
 
 def report_query(
     workload: Annotated[str | None, Query(max_length=100)] = None,
@@ -62,11 +72,7 @@ def report_query(
     slo_p99_tpot_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
     slo_p99_ttft_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
     slo_p99_e2e_ms: Annotated[float | None, Query(gt=0, le=3_600_000)] = None,
-    target: Annotated[
-        str | None,
-        Query(max_length=4096, description="another served checkpoint of the job (an MTP "
-              "model): its own front against its own baseline; default engine.model"),
-    ] = None,
+    target: Annotated[str | None, Query(max_length=4096, description=_TARGET)] = None,
 ) -> ReportQuery:
     """SLO limits given here replace the job's for this answer only; nothing is re-run."""
     slo = {

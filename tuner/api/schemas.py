@@ -11,12 +11,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tuner.engines import EXPORT_FORMAT_NAMES
 from tuner.space import SLO
 
 __all__ = [
     "CurrentTrial",
     "ExportFormat",
+    "ExportFormatList",
+    "ExportFormatPublic",
     "ExportPublic",
+    "HostedReference",
     "JobCreate",
     "JobList",
     "JobPublic",
@@ -33,9 +37,8 @@ __all__ = [
 ]
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-ExportFormat = Literal["vllm-json", "vllm-cli", "vllm-schedule-json", "sglang", "trtllm-yaml"]
-SUPPORTED_EXPORTS: tuple[str, ...] = ("vllm-json", "vllm-cli", "vllm-schedule-json", "sglang",
-                                      "trtllm-yaml")  # fmt: skip
+# The names of tuner.engines.EXPORT_FORMATS, in its order (the one list of export formats).
+ExportFormat = Literal[EXPORT_FORMAT_NAMES]  # type: ignore[valid-type]
 
 
 class _Frozen(BaseModel):
@@ -215,6 +218,12 @@ class HostedReference(_Frozen):
     error: str | None = None
 
 
+class WinnerExport(_Frozen):
+    name: ExportFormat
+    available: bool = Field(description="the winner has a form in this format")
+    reason: str | None = Field(None, description="why not, when it has none")
+
+
 class ParetoPublic(_Frozen):
     job_id: int
     workload: str
@@ -249,6 +258,22 @@ class ParetoPublic(_Frozen):
         default_factory=list,
         description="hosted endpoints measured as reference rows (never candidates)",
     )
+    winner_exports: list[WinnerExport] = Field(
+        default_factory=list,
+        description="each export format (GET /api/export-formats order) and whether the "
+        "winner has a form in it: a page asks only for those it has",
+    )
+
+
+class ExportFormatPublic(_Frozen):
+    name: ExportFormat
+    label: str = Field(description="what the UI titles it with")
+    engine: str = Field(description="the engine that takes it")
+    description: str
+
+
+class ExportFormatList(_Frozen):
+    formats: list[ExportFormatPublic] = Field(description="in tuner.engines.EXPORT_FORMATS order")
 
 
 class ExportPublic(_Frozen):

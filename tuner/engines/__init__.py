@@ -1,7 +1,26 @@
-"""Engine backends. Only this package imports or launches an inference engine."""
+"""Engine backends. Only this package imports or launches an inference engine, and only it
+knows an engine's flags, endpoints, metric names and log lines.
 
-from tuner.engines._base import FAIL_REASONS, EngineConfig, EngineLaunchError, FailReason
-from tuner.engines._replay import ReplayEngine, ReplayMiss
+May import from ``tuner``: ``tuner.metrics``, ``tuner.workloads``, ``tuner.stats`` only.
+"""
+
+from tuner.engines._base import (
+    FAIL_REASONS,
+    EngineConfig,
+    EngineLaunchError,
+    ExportUnsupported,
+    FailReason,
+)
+from tuner.engines._exports import (
+    EXPORT_FORMAT_NAMES,
+    EXPORT_FORMATS,
+    ExportFormat,
+    render_export,
+)
+from tuner.engines._hosted import HostedServer
+from tuner.engines._probe import EngineProbe, HostedProbe, fetch_metrics_text
+from tuner.engines._process import ServerProcess, classify_failure, free_port
+from tuner.engines._registry import ENGINE_KINDS, ENGINES, METHOD_SPELLINGS, server_class
 from tuner.engines._sglang import (
     SGLANG_ALGORITHMS,
     SGLangServer,
@@ -9,33 +28,62 @@ from tuner.engines._sglang import (
     sglang_cli,
     sglang_spec_flags,
 )
+from tuner.engines._sglang_probe import SGLangProbe, parse_sglang_spec_gauges, sglang_spec_stats
+from tuner.engines._trtllm import TRTLLM_DECODING, trtllm_yaml
 from tuner.engines._vllm import (
+    VLLM_METHODS,
     VLLMServer,
     build_argv,
     build_env,
-    classify_failure,
     export_cli,
-    free_port,
     speculative_json,
+)
+from tuner.engines._vllm_probe import (
+    VLLMProbe,
+    parse_kv_cache_tokens,
+    parse_queue_time,
+    parse_spec_counters,
 )
 
 __all__ = [
+    "ENGINES",
+    "ENGINE_KINDS",
+    "EXPORT_FORMATS",
+    "EXPORT_FORMAT_NAMES",
     "FAIL_REASONS",
+    "METHOD_SPELLINGS",
+    "SGLANG_ALGORITHMS",
+    "TRTLLM_DECODING",
+    "VLLM_METHODS",
     "EngineConfig",
     "EngineLaunchError",
+    "EngineProbe",
+    "ExportFormat",
+    "ExportUnsupported",
     "FailReason",
-    "ReplayEngine",
-    "ReplayMiss",
-    "SGLANG_ALGORITHMS",
+    "HostedProbe",
+    "HostedServer",
+    "SGLangProbe",
     "SGLangServer",
+    "ServerProcess",
+    "VLLMProbe",
     "VLLMServer",
     "build_argv",
     "build_env",
     "classify_failure",
     "export_cli",
+    "fetch_metrics_text",
+    "free_port",
+    "parse_kv_cache_tokens",
+    "parse_queue_time",
+    "parse_sglang_spec_gauges",
+    "parse_spec_counters",
+    "render_export",
+    "server_class",
     "sglang_argv",
     "sglang_cli",
     "sglang_spec_flags",
-    "free_port",
+    "sglang_spec_stats",
     "speculative_json",
+    "trtllm_yaml",
 ]

@@ -1,4 +1,5 @@
-"""Engine-neutral pieces: the candidate configuration and the launch failure taxonomy."""
+"""Engine-neutral pieces: the candidate configuration, the launch failure taxonomy, and the
+error an engine raises for a method it cannot express."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["EngineConfig", "EngineLaunchError", "FailReason", "FAIL_REASONS"]
+__all__ = ["EngineConfig", "EngineLaunchError", "ExportUnsupported", "FailReason", "FAIL_REASONS"]
 
 FailReason = Literal["startup_timeout", "crash", "oom", "invalid_config"]
 FAIL_REASONS: tuple[str, ...] = ("startup_timeout", "crash", "oom", "invalid_config")
@@ -57,3 +58,7 @@ class EngineLaunchError(RuntimeError):
         self.reason: FailReason = reason
         self.message = message
         self.log_tail = log_tail
+
+
+class ExportUnsupported(ValueError):
+    """An engine cannot express this configuration (e.g. TensorRT-LLM has no EAGLE-1)."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from pathlib import Path
+from typing import ClassVar
 
-from tuner.engines._base import EngineConfig
-from tuner.engines._vllm import VLLMServer
+from tuner.engines._base import EngineConfig, ExportUnsupported
+from tuner.engines._probe import EngineProbe
+from tuner.engines._process import ServerProcess
+from tuner.engines._sglang_probe import SGLangProbe
 
 __all__ = [
     "SGLANG_ALGORITHMS",
@@ -42,7 +44,7 @@ def sglang_spec_flags(spec: dict | None) -> list[str]:
         return []
     method = spec["method"]
     if method not in SGLANG_ALGORITHMS:
-        raise ValueError(f"method {method!r} has no SGLang equivalent")
+        raise ExportUnsupported(f"method {method!r} has no SGLang equivalent")
     k = int(spec["num_speculative_tokens"])
     flags = ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
     if method == "ngram":
@@ -55,21 +57,21 @@ def sglang_spec_flags(spec: dict | None) -> list[str]:
     if method in ("draft_model", "eagle", "eagle3") and spec.get("model"):
         flags += ["--speculative-draft-model-path", str(spec["model"])]
     # The triple, set together: steps = depth, top-k 1, draft tokens = steps + 1.
-    flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
-              "--speculative-num-draft-tokens", str(k + 1)]  # fmt: skip
+    flags += ["--speculative-num-steps", str(k)]
+    flags += ["--speculative-eagle-topk", "1"]
+    flags += ["--speculative-num-draft-tokens", str(k + 1)]
     return flags
 
 
-def sglang_argv(cfg: EngineConfig, *, host: str | None = None,
-                port: int | None = None) -> list[str]:  # fmt: skip
-    argv = [
-        "--model-path", cfg.model,
-        "--served-model-name", cfg.served_model_name,
-        "--context-length", str(cfg.max_model_len),
-        "--max-running-requests", str(cfg.max_num_seqs),
-        "--mem-fraction-static", f"{cfg.memory_fraction:g}",
-        "--cuda-graph-max-bs", str(cfg.max_num_seqs),
-    ]  # fmt: skip
+def sglang_argv(
+    cfg: EngineConfig, *, host: str | None = None, port: int | None = None
+) -> list[str]:
+    argv = ["--model-path", cfg.model]
+    argv += ["--served-model-name", cfg.served_model_name]
+    argv += ["--context-length", str(cfg.max_model_len)]
+    argv += ["--max-running-requests", str(cfg.max_num_seqs)]
+    argv += ["--mem-fraction-static", f"{cfg.memory_fraction:g}"]
+    argv += ["--cuda-graph-max-bs", str(cfg.max_num_seqs)]
     if host is not None:
         argv += ["--host", host]
     if port is not None:
@@ -79,24 +81,27 @@ def sglang_argv(cfg: EngineConfig, *, host: str | None = None,
     return argv + sglang_spec_flags(cfg.speculative_config)
 
 
-class SGLangServer(VLLMServer):
-    """One ``sglang.launch_server`` process for one configuration (same lifecycle as vLLM's:
-    own process group, ``/health`` polled, killed by group). Acceptance comes from its
-    ``sglang:spec_accept_*`` gauges sampled during the run (``loadgen.measure``)."""
+class SGLangServer(ServerProcess):
+    """One ``sglang.launch_server`` process for one configuration (own process group,
+    ``/health`` polled, killed by group). Acceptance comes from its acceptance gauges sampled
+    during a measured window (``SGLangProbe``)."""
 
-    kind = "sglang"
+    kind: ClassVar[str] = "sglang"
+    probe: ClassVar[EngineProbe] = SGLangProbe()
 
     def _argv(self, port: int) -> list[str]:
         prefix = self.launcher or [self.python or sys.executable, "-m", _MODULE]
         # --enable-metrics: /metrics (the acceptance gauges) is off by default in SGLang.
-        return [*prefix, *sglang_argv(self.cfg, host="127.0.0.1", port=port),
-                "--enable-metrics", *self.cfg.extra_args]  # fmt: skip
+        argv = sglang_argv(self.cfg, host="127.0.0.1", port=port)
+        return [*prefix, *argv, "--enable-metrics", *self.cfg.extra_args]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "PYTHONUNBUFFERED": "1", "SGLANG_CACHE_ROOT": str(Path(self.cache_root))})
-        return env  # fmt: skip
+        env["HF_HUB_OFFLINE"] = "1"
+        env["TRANSFORMERS_OFFLINE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        env["SGLANG_CACHE_ROOT"] = str(self.cache_root)
+        return env
 
 
 def sglang_cli(cfg: EngineConfig) -> str:

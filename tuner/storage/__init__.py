@@ -1,4 +1,5 @@
-"""Persistent results: SQLAlchemy models and the scoped session."""
+"""Persistent results: the ``Store`` (the only code that opens a database session), its
+SQLAlchemy models, the trial read model and the Alembic-managed schema."""
 
 from tuner.storage._db import (
     DEFAULT_DATABASE_URL,
@@ -11,7 +12,6 @@ from tuner.storage._db import (
     ensure_schema,
     get_engine,
     head_revision,
-    session_scope,
     upgrade,
 )
 from tuner.storage._models import (
@@ -22,24 +22,35 @@ from tuner.storage._models import (
     TrialModel,
     utcnow,
 )
+from tuner.storage._records import TrialRecord
+from tuner.storage._store import CancelResult, JobNotFound, Store, space_of_job, study_name_for
+from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound, iter_points
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
+    "LOG_TAIL_CHARS",
     "MIGRATIONS_DIR",
     "VERSION_TABLE",
     "Base",
+    "CancelResult",
     "JobModel",
+    "JobNotFound",
     "MeasurementModel",
     "ReferenceModel",
     "SchemaOutOfDate",
     "StorageError",
+    "Store",
     "TrialModel",
+    "TrialNotFound",
+    "TrialRecord",
     "current_revision",
     "database_url",
     "ensure_schema",
     "get_engine",
     "head_revision",
-    "session_scope",
+    "iter_points",
+    "space_of_job",
+    "study_name_for",
     "upgrade",
     "utcnow",
 ]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
@@ -59,7 +60,7 @@ def get_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
 
         @event.listens_for(engine, "connect")
-        def _fk_on(dbapi_conn, _record) -> None:  # noqa: ANN001
+        def _fk_on(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()

@@ -1,4 +1,5 @@
-"""``/api/jobs/{id}/export``: the winning configuration in an engine's own form."""
+"""Exports: the formats (``/api/export-formats``) and the winning configuration in an
+engine's own form (``/api/jobs/{id}/export``)."""
 
 from __future__ import annotations
 
@@ -6,26 +7,36 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from tuner.api import _service
-from tuner.api._deps import Authorized, DbUrl, JobId, ReportQueryDep
-from tuner.api.schemas import ExportFormat, ExportPublic
+from tuner.api._deps import Authorized, JobId, ReportQueryDep, StoreDep
+from tuner.api.schemas import ExportFormat, ExportFormatList, ExportPublic
+from tuner.api.services import exports
 
-router = APIRouter(prefix="/api/jobs/{job_id}/export", tags=["export"], dependencies=[Authorized])
+router = APIRouter(tags=["export"], dependencies=[Authorized])
+
+
+@router.get("/api/export-formats")
+def export_formats() -> ExportFormatList:
+    """Every export format, in the order the UI shows them (``tuner.engines.EXPORT_FORMATS``)."""
+    return exports.export_formats()
 
 
 @router.get(
-    "",
+    "/api/jobs/{job_id}/export",
     responses={
-        409: {"description": "nothing is feasible under the SLO: nothing to export"},
-        422: {"description": "unknown format, or one not supported yet (sglang, trtllm-yaml)"},
+        409: {
+            "description": "nothing is feasible under the SLO, or the engine has no form for "
+            "the winner: nothing to export"
+        },
+        422: {"description": "unknown format (see /api/export-formats)"},
     },
 )
 def export(
     job_id: JobId,
-    url: DbUrl,
+    store: StoreDep,
     q: ReportQueryDep,
     format: Annotated[ExportFormat, Query()] = "vllm-json",
 ) -> ExportPublic:
     """``vllm-json``: only the object after ``--speculative-config`` (``null`` when the
-    baseline wins); ``vllm-cli``: one ``vllm serve`` line."""
-    return _service.export_winner(url, job_id, format, q)
+    baseline wins); ``vllm-cli``: one ``vllm serve`` line; the rest as /api/export-formats
+    describes them."""
+    return exports.export_winner(store, job_id, format, q)

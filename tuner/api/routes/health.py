@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, status
 from fastapi.responses import JSONResponse
 
-from tuner.api._deps import DbUrl
+from tuner.api._deps import StoreDep
 from tuner.storage import current_revision, head_revision
 
 router = APIRouter(tags=["health"])
@@ -18,11 +18,11 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-def readyz(request: Request, url: DbUrl) -> JSONResponse:
+def readyz(request: Request, store: StoreDep) -> JSONResponse:
     """The database is reachable at this SpecTune's schema, and the embedded worker runs."""
     problems = []
     try:
-        rev = current_revision(url)
+        rev = current_revision(store.url)
         if rev != head_revision():
             problems.append(f"database schema at {rev}, need {head_revision()}")
     except Exception as e:  # any failure to reach the database means not ready

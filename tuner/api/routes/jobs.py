@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
-from tuner.api import _service
-from tuner.api._deps import Authorized, DbUrl, JobId, SettingsDep
+from tuner.api._deps import Authorized, JobId, SettingsDep, StoreDep
 from tuner.api.schemas import JobCreate, JobList, JobPublic, JobState
-from tuner.worker import request_cancel
+from tuner.api.services import jobs
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
@@ -24,30 +23,32 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
         422: {"description": "invalid search space; each error names its field"},
     },
 )
-def submit_job(body: JobCreate, settings: SettingsDep, response: Response) -> JobPublic:
+def submit_job(
+    body: JobCreate, store: StoreDep, settings: SettingsDep, response: Response
+) -> JobPublic:
     """Queue a job. Validated in full before anything is stored."""
-    job_id, created = _service.submit(settings, body)
+    job_id, created = jobs.submit(store, settings, body)
     if not created:
         response.status_code = status.HTTP_200_OK
     else:
         response.headers["Location"] = f"/api/jobs/{job_id}"
-    return _service.get_job(settings.database_url, job_id)
+    return jobs.get_job(store, job_id)
 
 
 @router.get("")
 def list_jobs(
-    url: DbUrl,
+    store: StoreDep,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     state: JobState | None = None,
 ) -> JobList:
     """Newest first."""
-    return _service.list_jobs(url, offset, limit, state)
+    return jobs.list_jobs(store, offset, limit, state)
 
 
 @router.get("/{job_id}")
-def get_job(job_id: JobId, url: DbUrl) -> JobPublic:
-    return _service.get_job(url, job_id)
+def get_job(job_id: JobId, store: StoreDep) -> JobPublic:
+    return jobs.get_job(store, job_id)
 
 
 @router.post(
@@ -57,15 +58,9 @@ def get_job(job_id: JobId, url: DbUrl) -> JobPublic:
         409: {"description": "the job has already ended"},
     },
 )
-def cancel_job(job_id: JobId, url: DbUrl, response: Response) -> JobPublic:
+def cancel_job(job_id: JobId, store: StoreDep, response: Response) -> JobPublic:
     """A queued job ends at once; a running one stops its engine, keeping finished trials."""
-    res = request_cancel(url, job_id)
-    if not res.found:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
-    if not res.accepted:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"job {job_id} has already ended ({res.state})"
-        )
-    if res.state == "running":
+    job, running = jobs.cancel(store, job_id)
+    if running:
         response.status_code = status.HTTP_202_ACCEPTED
-    return _service.get_job(url, job_id)
+    return job

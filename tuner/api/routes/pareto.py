@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tuner.api import _service
-from tuner.api._deps import Authorized, DbUrl, JobId, ReportQueryDep
+from tuner.api._deps import Authorized, JobId, ReportQueryDep, StoreDep
 from tuner.api.schemas import ParetoPublic
+from tuner.api.services import pareto
 
 router = APIRouter(prefix="/api/jobs/{job_id}/pareto", tags=["pareto"], dependencies=[Authorized])
 
 
 @router.get("")
-def get_pareto(job_id: JobId, url: DbUrl, q: ReportQueryDep) -> ParetoPublic:
+def get_pareto(job_id: JobId, store: StoreDep, q: ReportQueryDep) -> ParetoPublic:
     """One point per (configuration, concurrency); the winner at ``concurrency`` (default:
     the job's objective level). ``slo_*`` replace the job's limits for this answer."""
-    return _service.pareto(url, job_id, q)
+    return pareto.pareto(store, job_id, q)

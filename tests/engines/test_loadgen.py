@@ -1,0 +1,217 @@
+"""The load generator and the engines' probes against the FAKE OpenAI and SGLang servers (no
+real engine is measured here)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tuner.engines import (
+    EngineConfig,
+    HostedProbe,
+    HostedServer,
+    SGLangProbe,
+    SGLangServer,
+    VLLMProbe,
+    VLLMServer,
+)
+from tuner.loadgen import LoadError, measure
+from tuner.workloads import Prompt, WorkloadError, read_jsonl
+
+TESTS = Path(__file__).resolve().parents[1]
+FAKE = TESTS / "fake_openai_server.py"
+FAKE_SGLANG = TESTS / "fake_sglang_server.py"
+PROMPTS = [Prompt("def f(x):\n"), Prompt("import os\n", max_tokens=8)]
+
+
+def _fake(tmp_path, spec=None, *extra):
+    cfg = EngineConfig(
+        model="/fake", served_model_name="fake", speculative_config=spec, extra_args=tuple(extra)
+    )
+    return VLLMServer(
+        cfg,
+        tmp_path / "fake.log",
+        cache_root=tmp_path / "c",
+        startup_timeout_s=30,
+        launcher=[sys.executable, str(FAKE)],
+    )
+
+
+def _measure(srv, **kw):
+    args = dict(
+        workload="w",
+        concurrency=2,
+        num_requests=6,
+        max_tokens=20,
+        warmup_requests=1,
+        timeout_s=10,
+        probe=srv.probe,
+        headers=srv.headers,
+    )
+    args.update(kw)
+    return asyncio.run(measure(srv.base_url, "fake", PROMPTS, **args))
+
+
+def test_baseline_counts_tokens_and_has_no_acceptance(tmp_path):
+    with _fake(tmp_path) as srv:
+        m = _measure(srv)
+    assert m.num_ok == 6 and m.num_failed == 0
+    # prompts alternate: 3 x 20 tokens + 3 x 8 tokens (a prompt's own max_tokens wins)
+    assert m.output_tokens == 3 * 20 + 3 * 8
+    assert m.acceptance_rate is None
+    assert m.p99_tpot_ms is not None and m.p99_tpot_ms > 0
+    assert m.p50_ttft_ms <= m.p99_ttft_ms
+
+
+def test_speculative_acceptance_from_counter_deltas(tmp_path):
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    with _fake(tmp_path, spec, "--fake-acceptance", "1.0") as srv:
+        m = _measure(srv, warmup_requests=2)
+    # every draft accepted: rate 1, length k + 1, each position 1.0
+    assert m.acceptance_rate == pytest.approx(1.0)
+    assert m.mean_acceptance_length == pytest.approx(4.0)
+    assert m.per_position_acceptance == pytest.approx([1.0, 1.0, 1.0])
+    assert m.num_drafts > 0
+    with _fake(tmp_path, spec, "--fake-acceptance", "0.0") as srv:
+        m0 = _measure(srv)
+    assert m0.acceptance_rate == 0.0 and m0.mean_acceptance_length == 1.0
+
+
+def test_dropped_stream_is_a_counted_failure(tmp_path):
+    with _fake(tmp_path, None, "--fake-drop-after", "3") as srv:
+        m = _measure(srv)
+    assert m.num_failed == 6 and m.num_ok == 0
+    assert m.output_tok_per_s == 0 and m.p99_tpot_ms is None
+    assert m.errors
+
+
+def test_http_errors_are_counted(tmp_path):
+    with _fake(tmp_path, None, "--fake-http-error", "500") as srv:
+        m = _measure(srv)
+    assert m.num_failed == 6
+    assert any("HTTP 500" in e for e in m.errors)
+
+
+def test_workload_file_errors_name_the_line(tmp_path):
+    bad = tmp_path / "w.jsonl"
+    bad.write_text(json.dumps({"prompt": "a"}) + "\nnot json\n")
+    with pytest.raises(WorkloadError, match=r"w.jsonl:2: not JSON"):
+        read_jsonl(bad)
+    bad.write_text(json.dumps({"prompt": ""}) + "\n")
+    with pytest.raises(WorkloadError, match=r":1: prompt: must be a non-empty string"):
+        read_jsonl(bad)
+    bad.write_text(json.dumps({"prompt": "x", "max_tokens": 0}) + "\n")
+    with pytest.raises(WorkloadError, match=r"max_tokens: must be a positive integer"):
+        read_jsonl(bad)
+    bad.write_text("\n\n")
+    with pytest.raises(WorkloadError, match="no prompts"):
+        read_jsonl(bad)
+
+
+def test_builtin_workload_is_shipped():
+    from tuner.workloads import builtin_path
+
+    prompts = read_jsonl(builtin_path("code_completion"))
+    assert len(prompts) >= 20
+    assert all(p.prompt.strip() for p in prompts)
+
+
+def test_open_loop_poisson_arrivals(tmp_path):
+    with _fake(tmp_path) as srv:
+        m = _measure(srv, request_rate=40.0, concurrency=8, num_requests=10)
+    assert m.num_ok == 10 and m.request_rate_per_s == 40.0
+    assert len(m.ttft_ms_values) == 10 and len(m.e2e_ms_values) == 10
+
+
+def test_greedy_token_ids_and_prefix_reset(tmp_path):
+    probe = VLLMProbe()
+    with _fake(tmp_path) as srv:
+        ids = asyncio.run(probe.greedy_token_ids(srv.base_url, "fake", ["a", "b"], 5))
+        assert asyncio.run(probe.reset_prefix_cache(srv.base_url)) is True
+    assert [len(x) for x in ids] == [5, 5] and ids[0] != ids[1]
+
+
+def test_vllm_probe_needs_metrics(tmp_path):
+    """vLLM's window reads /metrics before and after: without it, a LoadError."""
+    with _sglang(tmp_path, metrics=False) as srv:  # an engine with no /metrics
+        with pytest.raises(LoadError, match="/metrics answered HTTP 404"):
+            _measure(srv, probe=VLLMProbe())
+
+
+class _NoSession:
+    def __init__(self, *a, **kw):
+        raise AssertionError("the hosted probe must not open a connection")
+
+
+def test_hosted_probe_makes_no_request(monkeypatch):
+    probe = HostedProbe()
+    monkeypatch.setattr(aiohttp, "ClientSession", _NoSession)
+
+    async def window() -> tuple:
+        async with probe.window("http://127.0.0.1:9") as reading:
+            pass
+        return reading.spec, reading.mean_queue_ms
+
+    assert asyncio.run(window()) == (None, None)
+    assert asyncio.run(probe.reset_prefix_cache("http://127.0.0.1:9")) is False
+    ids = asyncio.run(probe.greedy_token_ids("http://127.0.0.1:9", "m", ["a", "b"], 4))
+    assert ids == [None, None]
+
+
+def test_hosted_endpoint_measured_with_its_key_and_no_counters(tmp_path):
+    """The FAKE server wants a key and has spec counters; the hosted probe reads none."""
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    with _fake(tmp_path, spec, "--fake-require-key", "sk-1") as srv:
+        hosted = HostedServer(srv.base_url, {"Authorization": "Bearer sk-1"})
+        m = _measure(hosted)
+        wrong = _measure(HostedServer(srv.base_url, {"Authorization": "Bearer nope"}))
+    assert m.num_ok == 6 and m.acceptance_rate is None and m.mean_queue_ms is None
+    assert m.num_drafts is None
+    assert wrong.num_failed == 6 and any("HTTP 401" in e for e in wrong.errors)
+
+
+def _sglang(tmp_path, *extra, metrics=True):
+    spec = {"method": "eagle", "model": "/h", "num_speculative_tokens": 2}
+    cfg = EngineConfig(
+        model="/fake",
+        served_model_name="fake",
+        speculative_config=spec,
+        device="cuda",
+        extra_args=tuple(extra),
+    )
+    launcher = [sys.executable, str(FAKE_SGLANG)]
+    srv = SGLangServer(cfg, tmp_path / "sg.log", cache_root=tmp_path / "c", launcher=launcher)
+    if not metrics:  # drop --enable-metrics: SGLang then has no /metrics
+        srv._argv = lambda port: [  # type: ignore[method-assign]
+            a for a in SGLangServer._argv(srv, port) if a != "--enable-metrics"
+        ]
+    return srv
+
+
+def test_sglang_probe_samples_gauges_and_uses_native_endpoints(tmp_path):
+    probe = SGLangProbe()
+    with _sglang(tmp_path, "--fake-acceptance", "1.0") as srv:
+        m = _measure(srv)
+        ids = asyncio.run(probe.greedy_token_ids(srv.base_url, "fake", ["a", "b"], 5))
+        assert asyncio.run(probe.reset_prefix_cache(srv.base_url)) is True  # /flush_cache
+    assert m.num_ok == 6
+    # every draft accepted: the gauges say length k + 1 and rate 1 (a running average)
+    assert m.mean_acceptance_length == pytest.approx(3.0)
+    assert m.acceptance_rate == pytest.approx(1.0)
+    assert m.num_drafts == 0 and m.per_position_acceptance == []  # not exposed by SGLang
+    assert m.mean_queue_ms is None
+    assert [len(x) for x in ids] == [5, 5] and ids[0] != ids[1]
+
+
+def test_sglang_probe_falls_back_to_server_info(tmp_path):
+    with _sglang(tmp_path, metrics=False) as srv:
+        assert "--enable-metrics" not in srv.argv
+        m = _measure(srv)
+    assert m.num_failed == 0
+    assert m.mean_acceptance_length is not None and m.mean_acceptance_length > 1.0
+    assert m.acceptance_rate is None  # /server_info has no rate

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.space import SpaceError, load_space, loads_space
+
+REPO = Path(__file__).resolve().parents[2]
+
+MINIMAL = """
+name: t
+engine: {model: m}
+methods: {ngram: {}}
+"""
+
+
+def test_preset_loads_and_resolves_paths_against_its_folder():
+    space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
+    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp"]
+    assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
+    # Every checkpoint the preset names is committed.
+    for path in (
+        space.methods.eagle.heads[0],
+        space.methods.eagle3.heads[0],
+        space.methods.mtp.model,
+        space.methods.draft_model.drafts[0],
+    ):
+        assert (Path(space.resolve(path)) / "model.safetensors").is_file()
+    assert space.primary_concurrency == 1  # objective_concurrency
+    assert space.engine.enforce_eager is True
+
+
+def test_defaults_fill_in():
+    space = loads_space(MINIMAL)
+    assert [o.metric for o in space.objectives] == ["output_tok_per_s", "p99_tpot_ms"]
+    assert [o.resolved_direction for o in space.objectives] == ["maximize", "minimize"]
+    assert space.workload.name == "code_completion"
+
+
+@pytest.mark.parametrize(
+    "yaml_text, field, reason",
+    [
+        (MINIMAL + "bogus: 1\n", "bogus", "Extra inputs are not permitted"),
+        ("name: t\nmethods: {ngram: {}}\n", "engine", "Field required"),
+        (
+            MINIMAL.replace("{ngram: {}}", "{ngram: {num_speculative_tokens: {min: 4, max: 2}}}"),
+            "methods.ngram.num_speculative_tokens",
+            "max (2) is below min (4)",
+        ),
+        (MINIMAL.replace("{ngram: {}}", "{}"), "(top level)", "enable at least one"),
+        (
+            MINIMAL + "concurrency: [1, 16]\nmax_num_seqs: [8]\n",
+            "(top level)",
+            "below the highest concurrency level 16",
+        ),
+        (MINIMAL + "objectives: [{metric: speed}]\n", "objectives.0", "unknown metric 'speed'"),
+        (MINIMAL + "slo: {p99_tpot_ms: -5}\n", "slo.p99_tpot_ms", "greater than 0"),
+        (MINIMAL + "memory_fraction: [1.5]\n", "memory_fraction.0", "less than or equal to 1"),
+        (MINIMAL + "concurrency: [2, 2]\n", "concurrency", "must not repeat"),
+        (MINIMAL + "objective_concurrency: 3\n", "(top level)", "not one of concurrency"),
+        (MINIMAL + "workload: {path: x.jsonl}\n", "workload", "either builtin or path"),
+        (MINIMAL + "trials: 0\n", "trials", "greater than or equal to 1"),
+    ],
+)
+def test_invalid_space_names_field_and_reason(yaml_text, field, reason):
+    with pytest.raises(SpaceError) as ei:
+        loads_space(yaml_text, source="x.yaml")
+    msg = str(ei.value)
+    assert f"  {field}: " in msg, msg
+    assert reason in msg, msg
+
+
+def test_not_yaml_and_not_mapping():
+    with pytest.raises(SpaceError, match="not valid YAML"):
+        loads_space("name: [unclosed")
+    with pytest.raises(SpaceError, match="top level must be a mapping"):
+        loads_space("- a\n- b\n")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpaceError, match="cannot read search space"):
+        load_space(tmp_path / "nope.yaml")
+
+
+def test_start_with_is_checked_against_the_space():
+    ok = loads_space(MINIMAL + "start_with: [{method: ngram, num_speculative_tokens: 2}]\n")
+    assert ok.start_with[0].method == "ngram"
+    with pytest.raises(SpaceError, match="start_with.0: method draft_model is not enabled"):
+        loads_space(MINIMAL + "start_with: [{method: draft_model, num_speculative_tokens: 2}]\n")
+    with pytest.raises(SpaceError, match="start_with.0: num_speculative_tokens 9 is outside"):
+        loads_space(MINIMAL + "start_with: [{method: ngram, num_speculative_tokens: 9}]\n")

@@ -1,0 +1,210 @@
+"""Pareto: which slice of a job's results a query names, the front over it, the round cost
+of every speculative trial, and why the winner won."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.api._errors import field_error
+from tuner.api.schemas import (
+    HostedReference,
+    ParetoPoint,
+    ParetoPublic,
+    RoundCostTrial,
+    RoundCostVerdict,
+    WinnerExport,
+)
+from tuner.explain import explain
+from tuner.export import winner_exports
+from tuner.pareto import Point, Reference, Report, job_report
+from tuner.space import SearchSpace
+from tuner.storage import Store
+
+__all__ = ["ReportQuery", "Slice", "pareto", "report", "resolve_query"]
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    """Which slice of the results: workload, concurrency level, SLO overrides, target."""
+
+    workload: str | None
+    concurrency: int | None
+    slo: dict[str, float] = field(default_factory=dict)
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A query resolved against the job's space: the workload, the level and the SLO."""
+
+    workload: str
+    concurrency: int
+    slo: dict[str, float]
+
+
+def resolve_query(space: SearchSpace, q: ReportQuery) -> Slice:
+    """The job's defaults for what the query leaves out; a 422 for what it did not measure."""
+    names = [w.name for w in space.all_workloads]
+    wl = q.workload or space.primary_workload
+    if wl not in names:
+        raise field_error(
+            ("query", "workload"),
+            f"this job measured workload {', '.join(map(repr, names))}, not {wl!r}",
+        )
+    conc = q.concurrency or space.primary_concurrency
+    if conc not in space.concurrency:
+        raise field_error(
+            ("query", "concurrency"),
+            f"this job measured concurrency {space.concurrency}, not {conc}",
+        )
+    return Slice(wl, conc, {**space.slo.limits(), **q.slo})
+
+
+def report(store: Store, job_id: int, q: ReportQuery, sl: Slice, concurrency: int) -> Report:
+    """The front at one level of the slice; a 422 for a target the job did not measure."""
+    try:
+        return job_report(
+            store,
+            job_id,
+            workload=sl.workload,
+            concurrency=concurrency,
+            slo=sl.slo,
+            target=q.target,
+        )
+    except ValueError as e:
+        raise field_error(("query", "target"), str(e)) from None
+
+
+def _ci95(m: dict[str, Any], name: str) -> tuple[float | None, float | None]:
+    """The 95% interval over repeats, when there were several (one run has none). It is a
+    t-interval of the mean, so with 2-3 repeats its low end can fall below 0 for a quantity
+    that cannot: that end is answered as 0."""
+    st = (m.get("stats") or {}).get(name)
+    if not st or (st.get("n") or 0) < 2 or st.get("ci95_low") is None:
+        return None, None
+    return max(0.0, st["ci95_low"]), st.get("ci95_high")
+
+
+def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int]) -> ParetoPoint:
+    m = p.metrics
+    tps_lo, tps_hi = _ci95(m, "output_tok_per_s")
+    tpot_lo, tpot_hi = _ci95(m, "p99_tpot_ms")
+    search = m.get("search") or {}
+    return ParetoPoint(
+        trial_number=p.trial_number,
+        method=p.method,
+        params=p.params,
+        concurrency=level,
+        output_tok_per_s=m["output_tok_per_s"],
+        p99_tpot_ms=m.get("p99_tpot_ms"),
+        p99_ttft_ms=m.get("p99_ttft_ms"),
+        p99_e2e_ms=m.get("p99_e2e_ms"),
+        acceptance_rate=m.get("acceptance_rate"),
+        mean_acceptance_length=m.get("mean_acceptance_length"),
+        feasible=p.feasible,
+        violations=list(p.violations),
+        on_front=p.trial_number in front,
+        is_baseline=p.method == "none",
+        is_winner=level == conc
+        and rep.winner is not None
+        and p.trial_number == rep.winner.trial_number,
+        speedup=rep.speedup(p),
+        output_tok_per_s_ci95_low=tps_lo,
+        output_tok_per_s_ci95_high=tps_hi,
+        p99_tpot_ms_ci95_low=tpot_lo,
+        p99_tpot_ms_ci95_high=tpot_hi,
+        repeats=m.get("repeats"),
+        confirmed=bool(m.get("confirmed")),
+        search_output_tok_per_s=search.get("output_tok_per_s") if m.get("confirmed") else None,
+        noisy=bool(m.get("noisy")),
+        relative_mad=m.get("relative_mad"),
+        lossless_match_rate=p.lossless_match_rate,
+        kv_cache_tokens=p.kv_cache_tokens,
+        peak_rss_mb=p.peak_rss_mb,
+    )
+
+
+def _round_cost(
+    rep: Report, configs: dict[int, tuple[str, dict[str, Any]]]
+) -> list[RoundCostTrial]:
+    out = []
+    for number, vs in sorted(rep.verdicts.items()):
+        method, params = configs.get(number, ("?", {}))
+        out.append(
+            RoundCostTrial(
+                trial_number=number,
+                method=method,
+                params=params,
+                verdicts=[
+                    RoundCostVerdict(
+                        concurrency=v.concurrency,
+                        spec_ms_per_token=v.spec_ms_per_token,
+                        baseline_ms_per_token=v.baseline_ms_per_token,
+                        pays_off=v.pays_off,
+                        margin_pct=v.margin_pct,
+                    )
+                    for v in vs
+                ],
+                crossover_concurrency=rep.crossover.get(number),
+            )
+        )
+    return out
+
+
+def _reference(r: Reference, rep: Report) -> HostedReference:
+    m = r.metrics or {}
+    base = rep.baseline.metrics.get("output_tok_per_s") if rep.baseline else None
+    tps = m.get("output_tok_per_s")
+    return HostedReference(
+        name=r.name,
+        base_url=r.base_url,
+        model=r.model,
+        output_tok_per_s=tps,
+        p99_tpot_ms=m.get("p99_tpot_ms"),
+        p99_ttft_ms=m.get("p99_ttft_ms"),
+        speedup_vs_baseline=(tps / base) if tps and base else None,
+        feasible=r.feasible,
+        violations=list(r.violations),
+        error=r.error,
+    )
+
+
+def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
+    space = store.space(job_id)
+    sl = resolve_query(space, q)
+    points: list[ParetoPoint] = []
+    configs: dict[int, tuple[str, dict[str, Any]]] = {}
+    main: Report | None = None
+    for level in space.concurrency:
+        rep = report(store, job_id, q, sl, level)
+        front = {p.trial_number for p in rep.front}
+        if level == sl.concurrency:
+            main = rep
+        for p in (*rep.points, *rep.pruned):
+            configs.setdefault(p.trial_number, (p.method, p.params))
+            points.append(_pareto_point(p, rep, level, sl.concurrency, front))
+    assert main is not None  # the slice's level is one of the space's (resolve_query)
+    return ParetoPublic(
+        job_id=job_id,
+        workload=sl.workload,
+        concurrency=sl.concurrency,
+        levels=list(space.concurrency),
+        slo=sl.slo,
+        objectives=[
+            {"metric": o.metric, "direction": o.resolved_direction} for o in space.objectives
+        ],
+        points=points,
+        baseline_trial=main.baseline.trial_number if main.baseline else None,
+        winner_trial=main.winner.trial_number if main.winner else None,
+        round_cost=_round_cost(main, configs),
+        why=explain(main),
+        replay_surface=main.replay_surface,
+        target=main.target,
+        other_targets=list(main.other_targets),
+        references=[_reference(r, main) for r in main.references],
+        winner_exports=[
+            WinnerExport(name=name, available=reason is None, reason=reason)
+            for name, reason in winner_exports(main).items()
+        ],
+    )

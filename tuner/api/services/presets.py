@@ -1,0 +1,102 @@
+"""Search spaces: the presets in ``search_spaces/`` and a submission's space, validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.api._errors import field_error, space_error
+from tuner.api.schemas import JobCreate, SearchSpacePreset, SpaceValidation
+from tuner.api.settings import ServiceSettings
+from tuner.measure import load_all_prompts
+from tuner.space import SearchSpace, SpaceError, parse_space
+from tuner.workloads import WorkloadError
+
+__all__ = ["list_presets", "resolve_space", "validation"]
+
+
+def list_presets(folder: Path) -> list[SearchSpacePreset]:
+    out = []
+    for path in sorted(folder.glob("*.yaml")):
+        text = path.read_text()
+        try:
+            space = parse_space(yaml.safe_load(text), base_dir=folder, source=path.name)
+            trials, methods, slo, error = (
+                space.trials,
+                space.methods.enabled(),
+                space.slo.limits(),
+                None,
+            )
+        except (SpaceError, yaml.YAMLError) as e:
+            trials, methods, slo, error = None, [], {}, str(e)
+        out.append(
+            SearchSpacePreset(
+                name=path.stem,
+                file=path.name,
+                yaml=text,
+                trials=trials,
+                methods=methods,
+                slo=slo,
+                error=error,
+            )
+        )
+    return out
+
+
+def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, str]:
+    """(field name, parsed mapping, YAML text to keep with the job)."""
+    if body.preset is not None:
+        names = {p.stem: p for p in settings.search_spaces_dir.glob("*.yaml")}
+        path = names.get(body.preset)
+        if path is None:
+            raise field_error(
+                ("body", "preset"),
+                f"unknown preset {body.preset!r}; choose from {', '.join(sorted(names))}",
+            )
+        text = path.read_text()
+        return "preset", yaml.safe_load(text), text
+    if body.search_space_yaml is not None:
+        try:
+            data = yaml.safe_load(body.search_space_yaml)
+        except yaml.YAMLError as e:
+            raise field_error(
+                ("body", "search_space_yaml"), f"not valid YAML: {e}", "yaml_error"
+            ) from None
+        return "search_space_yaml", data, body.search_space_yaml
+    assert body.search_space is not None
+    return "search_space", body.search_space, yaml.safe_dump(body.search_space, sort_keys=False)
+
+
+def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpace, str]:
+    """The validated space with the request's overrides; a 422 naming fields otherwise."""
+    where, data, text = _source_data(settings, body)
+    if isinstance(data, dict):
+        data = dict(data)
+        if body.trials is not None:
+            data["trials"] = body.trials
+        if body.slo is not None:
+            old = data.get("slo")
+            data["slo"] = {**(old if isinstance(old, dict) else {}), **body.slo.limits()}
+    try:
+        space = parse_space(data, base_dir=settings.search_spaces_dir.resolve(), source=where)
+    except SpaceError as e:
+        raise space_error(e, ("body", where)) from None
+    try:
+        load_all_prompts(space)  # a workload file that cannot be read is bad input, too
+    except WorkloadError as e:
+        raise field_error(("body", where, "workload"), str(e)) from None
+    return space, text
+
+
+def validation(settings: ServiceSettings, body: JobCreate) -> SpaceValidation:
+    """A submission checked in full, nothing stored (the UI's inline validation)."""
+    space, _ = resolve_space(settings, body)
+    return SpaceValidation(
+        name=space.name,
+        n_trials=space.trials,
+        methods=space.methods.enabled(),
+        slo=space.slo.limits(),
+        concurrency=list(space.concurrency),
+    )

@@ -1,0 +1,295 @@
+"""What the command line prints: tables, progress lines, the report. No database access."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from tuner.engines import EXPORT_FORMATS
+from tuner.explain import explain
+from tuner.export import depth_schedule, export_point
+from tuner.job import TrialEvent
+from tuner.methods import params_text
+from tuner.pareto import Point, Report
+from tuner.storage import TrialRecord
+
+__all__ = ["Progress", "fmt", "other_target_text", "report_text", "table", "trials_table"]
+
+
+def fmt(v: Any, spec: str = ".1f") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+class Progress:
+    """One line per trial on stderr: a bar, what is being launched, then the result."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.t0 = time.monotonic()
+
+    def _bar(self, done: int) -> str:
+        width = 20
+        fill = int(width * done / max(1, self.n))
+        return "[" + "#" * fill + "-" * (width - fill) + f"] {done}/{self.n}"
+
+    def start(self, number: int, params: dict[str, Any]) -> None:
+        el = time.monotonic() - self.t0
+        if params.get("confirm"):
+            msg = f"confirming trial {number}: {params_text(params)} (second launch) ..."
+            print(f"{self._bar(self.n)}  {el:6.0f}s  {msg}", file=sys.stderr, flush=True)
+            return
+        print(
+            f"{self._bar(number)}  {el:6.0f}s  trial {number}: {params_text(params)} "
+            f"max_num_seqs={params['max_num_seqs']} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(self, ev: TrialEvent) -> None:
+        if ev.state == "confirmed":
+            print(
+                f"{self._bar(self.n)}  trial {ev.number} confirmed in {ev.seconds:.0f}s: "
+                f"{ev.summary}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        print(
+            f"{self._bar(ev.number + 1)}  trial {ev.number} {ev.state} in {ev.seconds:.0f}s: "
+            f"{ev.summary}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _ci(m: dict[str, Any], name: str, spec: str) -> str:
+    """Median with its 95 % interval over repeats: ``123.4 [118.0-128.9]``."""
+    v = m.get(name)
+    if v is None:
+        return "-"
+    st = (m.get("stats") or {}).get(name)
+    if not st or st.get("n", 1) < 2:
+        return format(v, spec)
+    return f"{format(v, spec)} [{format(st['ci95_low'], spec)}-{format(st['ci95_high'], spec)}]"
+
+
+def report_text(rep: Report, why: list[str] | None = None) -> str:
+    """The Pareto table, the round-cost verdicts, why the winner won and its exports."""
+    lines = []
+    if rep.replay_surface is not None:
+        lines.append(
+            f"REPLAY: every number below was answered from the recorded surface "
+            f"{rep.replay_surface}; no engine ran in this job (search benchmarking only)."
+        )
+    lines += [
+        f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
+        f"SLO {rep.slo or 'none'} (objectives: "
+        + ", ".join(f"{d} {m}" for m, d in rep.objectives)
+        + "; medians of repeats, [95% interval])"
+    ]
+    header = [
+        "trial",
+        "configuration",
+        "tok/s",
+        "p99 TPOT ms",
+        "p99 TTFT ms",
+        "accept",
+        "mean acc len",
+        "speedup",
+        "greedy match",
+        "KV tokens",
+        "feasible",
+    ]
+    rows = []
+    shown = list(rep.front)
+    if rep.baseline is not None and rep.baseline not in shown:
+        shown.append(rep.baseline)
+    for p in shown:
+        m = p.metrics
+        sp = rep.speedup(p)
+        rows.append(
+            [
+                str(p.trial_number)
+                + ("*" if p is rep.winner else "")
+                + ("c" if m.get("confirmed") else ""),
+                params_text(p.params) + f" seqs={p.params['max_num_seqs']}",
+                _ci(m, "output_tok_per_s", ".1f"),
+                _ci(m, "p99_tpot_ms", ".2f"),
+                fmt(m.get("p99_ttft_ms"), ".1f"),
+                "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
+                fmt(m.get("mean_acceptance_length"), ".2f"),
+                "-" if sp is None else f"{sp:.2f}x",
+                "ref"
+                if p.method == "none"
+                else ("-" if p.lossless_match_rate is None else f"{p.lossless_match_rate:.0%}"),
+                fmt(p.kv_cache_tokens),
+                "yes" if p.feasible else "no: " + "; ".join(p.violations),
+            ]
+        )
+    for r in rep.references:
+        m = r.metrics or {}
+        sp = rep.speedup(Point(-1, "hosted", {}, {}, m, r.feasible, r.violations)) if m else None
+        rows.append(
+            [
+                "hosted",
+                f"{r.name}: {r.model} at {r.base_url}",
+                _ci(m, "output_tok_per_s", ".1f"),
+                _ci(m, "p99_tpot_ms", ".2f"),
+                fmt(m.get("p99_ttft_ms"), ".1f"),
+                "-",
+                "-",
+                "-" if sp is None else f"{sp:.2f}x",
+                "-",
+                "-",
+                ("yes" if r.feasible else "no: " + "; ".join(r.violations))
+                + (f" ({r.error})" if r.error else ""),
+            ]
+        )
+    lines.append(table(rows, header))
+    lines.append(
+        "(* winner; c: confirmed by a second launch; the baseline row is the same target "
+        "without speculation"
+        + (
+            "; hosted rows: endpoints measured with the same workload and load generator, "
+            "never candidates"
+            if rep.references
+            else ""
+        )
+        + ")"
+    )
+    lines += ["", _levels_text(rep)]
+    if why:
+        lines += ["", "Why this winner:"] + [f"- {w}" for w in why]
+    if rep.winner is None:
+        lines.append("No configuration is feasible under the SLO: nothing to export.")
+        return "\n".join(lines)
+    if rep.replay_surface is not None:
+        return "\n".join(lines)
+    lines.append("")
+    labels = {f.name: f.label for f in EXPORT_FORMATS}
+    lines.append(f"Winner, {labels['vllm-json']}:")
+    lines.append(export_point(rep.winner, "vllm-json"))
+    lines.append("Winner command line:")
+    lines.append(export_point(rep.winner, "vllm-cli"))
+    sched = depth_schedule(rep)
+    if sched is not None:
+        lines.append(
+            "The best depth differs by concurrency; as a batch-size schedule "
+            "(export --format vllm-schedule-json):"
+        )
+        lines.append(export_point(rep.winner, "vllm-schedule-json", rep))
+    return "\n".join(lines)
+
+
+def other_target_text(orep: Report, main_target: str) -> str:
+    """The report of another checkpoint the job served (an MTP model), against its own
+    baseline."""
+    return "\n".join(
+        [
+            f"\nAnother target in this job: {orep.target}",
+            f"(served instead of {main_target} by some methods: compared only with its own "
+            "baseline, never with the one above)",
+            report_text(orep, explain(orep, {}, 0)),
+        ]
+    )
+
+
+def _levels_text(rep: Report) -> str:
+    """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
+    levels = sorted(rep.baseline_by_conc)
+    out = [
+        f"Round-cost verdict per concurrency (workload {rep.workload}): mean time per output "
+        "token against the baseline's at the same level"
+    ]
+    if not levels:
+        return out[0] + "\n  (no baseline measured: no verdict)"
+    header = ["trial", "configuration"] + [f"c={c}" for c in levels] + ["stops paying at"]
+    base = rep.baseline_by_conc
+    rows = [
+        ["base", "baseline (no speculation)"]
+        + [f"{fmt(base[c].get('mean_tpot_ms'), '.2f')} ms/tok" for c in levels]
+        + ["-"]
+    ]
+    names = {p.trial_number: p for p in rep.points}
+    cut = {p.trial_number for p in rep.pruned}
+    names.update({p.trial_number: p for p in rep.pruned})
+    for number, vs in sorted(rep.verdicts.items()):
+        p = names.get(number)
+        by_c = {v.concurrency: v for v in vs}
+        cells = []
+        for c in levels:
+            v = by_c.get(c)
+            cells.append(
+                "-"
+                if v is None
+                else f"{v.spec_ms_per_token:.2f} ms/tok {'+' if v.pays_off else '-'}"
+                f"{abs(v.margin_pct):.0f}%"
+            )
+        cross = rep.crossover.get(number)
+        first = vs[0].pays_off if vs else False
+        where = (
+            "never pays"
+            if vs and not first and cross == vs[0].concurrency
+            else "-"
+            if cross is None
+            else f"concurrency {cross}"
+        )
+        label = params_text(p.params) if p is not None else f"trial {number}"
+        if number in cut:
+            label += " (pruned: first level only)"
+            where = "-" if not vs or vs[0].pays_off else f"no pay at c={vs[0].concurrency}"
+        rows.append([str(number), label, *cells, where])
+    out.append(table(rows, header))
+    out.append(
+        "(+N%: pays off by N%, -N%: does not pay by N%"
+        + ("; pruned trials stopped after the objective level" if cut else "")
+        + ")"
+    )
+    return "\n".join(out)
+
+
+def trials_table(recs: list[TrialRecord]) -> str:
+    rows = []
+    for rec in recs:
+        r, m = rec, rec.metrics
+        note = r.fail_reason or (
+            "reused " + str(r.reused_from) if r.reused_from is not None else ""
+        )
+        rows.append(
+            [
+                str(r.number),
+                r.state,
+                params_text(r.params) if "max_num_seqs" in r.params else str(r.params),
+                fmt(m.get("output_tok_per_s")),
+                fmt(m.get("p99_tpot_ms"), ".2f"),
+                "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
+                fmt(m.get("mean_acceptance_length"), ".2f"),
+                note,
+            ]
+        )
+    header = [
+        "trial",
+        "state",
+        "configuration",
+        "tok/s",
+        "p99 TPOT ms",
+        "accept",
+        "mean acc len",
+        "note",
+    ]
+    return table(rows, header)

@@ -1,0 +1,117 @@
+"""What an engine tells us besides its completions: acceptance and queue time over a measured
+window, a prefix-cache reset, greedy token ids, and the KV capacity from its start log.
+
+``EngineProbe`` is the neutral base: an endpoint that exposes none of it (a hosted API). Each
+engine's probe (``VLLMProbe``, ``SGLangProbe``) overrides what its server offers. Probes hold
+no state between calls; one instance serves every server of its engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+import aiohttp
+
+from tuner.metrics import LoadError, WindowReading
+
+__all__ = ["EngineProbe", "HostedProbe", "fetch_metrics_text", "get_text"]
+
+
+async def get_text(base_url: str, path: str) -> tuple[int, str]:
+    """(HTTP status, body) of one GET to the engine; LoadError when unreachable."""
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(
+                base_url.rstrip("/") + path, timeout=aiohttp.ClientTimeout(total=10)
+            ) as r:
+                return r.status, await r.text()
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise LoadError(f"{path} unreachable: {e}") from e
+
+
+async def fetch_metrics_text(base_url: str) -> str:
+    """The engine's Prometheus ``/metrics`` text; LoadError when it cannot be read."""
+    status, body = await get_text(base_url, "/metrics")
+    if status != 200:
+        raise LoadError(f"/metrics answered HTTP {status}")
+    return body
+
+
+class EngineProbe:
+    """An endpoint that exposes nothing beyond its completions: no counters, no queue time,
+    no cache reset, no token ids, no KV capacity. Engines override what they offer."""
+
+    kind: ClassVar[str] = "none"
+    # POST path that empties the prefix cache; None: the endpoint offers none.
+    reset_path: ClassVar[str | None] = None
+    # POST path answering greedy token ids; None: the endpoint offers none.
+    greedy_path: ClassVar[str | None] = None
+
+    @asynccontextmanager
+    async def window(self, base_url: str) -> AsyncIterator[WindowReading]:
+        """Wraps one measured window; the reading is filled when the window closes."""
+        yield WindowReading()
+
+    async def reset_prefix_cache(self, base_url: str) -> bool:
+        """Empty the engine's prefix cache so one level's prompts do not warm the next's;
+        False when the engine does not offer it."""
+        if self.reset_path is None:
+            return False
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(
+                    base_url.rstrip("/") + self.reset_path,
+                    timeout=aiohttp.ClientTimeout(total=30),
+                ) as r:
+                    return r.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    def _greedy_body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _greedy_ids(self, answer: Any) -> list[Any] | None:
+        raise NotImplementedError
+
+    async def greedy_token_ids(
+        self,
+        base_url: str,
+        model: str,
+        prompts: Sequence[str],
+        max_tokens: int,
+        timeout_s: float = 120,
+        headers: dict[str, str] | None = None,
+    ) -> list[list[int] | None]:
+        """Greedy continuations as token ids (None for a request that failed, and for every
+        prompt when the endpoint does not return token ids)."""
+        if self.greedy_path is None:
+            return [None for _ in prompts]
+        url = base_url.rstrip("/") + self.greedy_path
+        out: list[list[int] | None] = []
+        async with aiohttp.ClientSession(headers=headers) as s:
+            for p in prompts:
+                body = self._greedy_body(model, p, max_tokens)
+                try:
+                    async with s.post(
+                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                    ) as r:
+                        if r.status != 200:
+                            out.append(None)
+                            continue
+                        ids = self._greedy_ids(await r.json())
+                        out.append([int(t) for t in ids] if ids is not None else None)
+                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+                    out.append(None)
+        return out
+
+    def kv_cache_tokens(self, log_text: str) -> int | None:
+        """The KV-cache capacity (tokens) the engine reported in its start log."""
+        return None
+
+
+class HostedProbe(EngineProbe):
+    """A hosted OpenAI-compatible endpoint: only what the client sees is measured."""
+
+    kind: ClassVar[str] = "hosted"

@@ -1,0 +1,281 @@
+"""A launched engine: start it, wait until it is ready, classify a failed start, sample its
+memory, and tear it down.
+
+Why a subprocess and not the Python API: the product measures the engine as users deploy it,
+through its OpenAI-compatible server, and a crash or OOM in the engine must not take the
+tuner down with it. The server runs in its own session (process group) so teardown kills it
+and its workers, and nothing else.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import ClassVar, Self
+
+import psutil
+
+from tuner.engines._base import EngineConfig, EngineLaunchError, FailReason
+from tuner.engines._probe import EngineProbe
+
+__all__ = ["ServerProcess", "classify_failure", "free_port"]
+
+# Ordered: the first family whose pattern matches the log tail names the reason.
+_OOM_PATTERNS = [
+    r"out of memory",
+    r"OutOfMemoryError",
+    r"Cannot allocate memory",
+    r"less than desired CPU memory utilization",
+    r"No available memory for the cache blocks",
+    r"larger than the available KV cache memory",
+    r"std::bad_alloc",
+    r"MemoryError",
+    r"insufficient memory",
+]
+_INVALID_PATTERNS = [
+    r"error: argument",
+    r"error: unrecognized arguments",
+    r"invalid choice",
+    r"ValidationError",
+    r"validation error",
+    r"is not supported",
+    r"not supported for",
+    r"No such file or directory",
+    r"does not appear to have a file named",
+    r"HFValidationError",
+    r"Repo id must be",
+    r"Unrecognized model",
+    r"Invalid speculative",
+    r"must be (?:a |an |at |less|greater|positive|divisible)",
+    r"are not compatible",
+]
+
+# How much of the log the KV-capacity line is looked for in (it is written at start).
+_KV_LOG_BYTES = 200_000
+
+
+def classify_failure(log_tail: str, returncode: int | None, timed_out: bool) -> FailReason:
+    """Map how a start failed to a reason users can act on."""
+    if timed_out:
+        return "startup_timeout"
+    if returncode is not None and returncode in (-signal.SIGKILL, 137):
+        # Killed by the kernel's OOM killer is by far the usual cause of a SIGKILL we did
+        # not send ourselves.
+        return "oom"
+    for pat in _OOM_PATTERNS:
+        if re.search(pat, log_tail, re.IGNORECASE):
+            return "oom"
+    for pat in _INVALID_PATTERNS:
+        if re.search(pat, log_tail, re.IGNORECASE):
+            return "invalid_config"
+    return "crash"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, max_bytes: int = 6000) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class _RssSampler(threading.Thread):
+    """Peak resident memory of the engine's process tree (CPU memory; on a GPU the weights
+    and cache live in device memory, read from the engine log instead)."""
+
+    def __init__(self, server: ServerProcess, every_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.server, self.every_s = server, every_s
+        self.peak_bytes = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            proc = self.server.proc
+            if proc is None:
+                break
+            try:
+                root = psutil.Process(proc.pid)
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak_bytes = max(self.peak_bytes, total)
+            except psutil.Error:
+                pass
+            self.done.wait(self.every_s)
+
+
+class ServerProcess(abc.ABC):
+    """One engine server process for one engine configuration; use as a context manager.
+
+    Subclasses say how to launch it (``_argv``, ``_env``) and which probe reads it."""
+
+    kind: ClassVar[str] = "engine"
+    probe: ClassVar[EngineProbe] = EngineProbe()
+    headers: dict[str, str] | None = None  # a launched server takes no request headers
+
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        log_path: Path,
+        *,
+        cache_root: Path,
+        startup_timeout_s: float = 300.0,
+        launcher: list[str] | None = None,
+        python: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.launcher = launcher
+        self.log_path = Path(log_path)
+        self.cache_root = Path(cache_root)
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+        self.argv: list[str] = []
+        self._sampler: _RssSampler | None = None
+        self._kv_cache_tokens: int | None = None
+
+    @abc.abstractmethod
+    def _argv(self, port: int) -> list[str]:
+        """The server's argv (a list: nothing goes through a shell)."""
+
+    @abc.abstractmethod
+    def _env(self) -> dict[str, str]:
+        """The server's whole environment."""
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("server not started")
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.port = free_port()
+        self.argv = self._argv(self.port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.cache_root.mkdir(parents=True, exist_ok=True)
+        env = self._env()
+        t0 = time.monotonic()
+        with self.log_path.open("wb") as log:
+            log.write(("$ " + shlex.join(self.argv) + "\n").encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        self._sampler = _RssSampler(self)
+        self._sampler.start()
+        self._kv_cache_tokens = self.probe.kv_cache_tokens(self.log_tail(_KV_LOG_BYTES))
+
+    def _wait_ready(self, t0: float) -> None:
+        proc = self.proc  # local: stop() from another thread clears self.proc
+        if proc is None:
+            raise EngineLaunchError("crash", "engine stopped before it started")
+        url = self.base_url + "/health"
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                tail = _tail(self.log_path)
+                reason = classify_failure(tail, rc, timed_out=False)
+                raise EngineLaunchError(reason, f"engine exited with code {rc} during start", tail)
+            if time.monotonic() - t0 > self.startup_timeout_s:
+                tail = _tail(self.log_path)
+                raise EngineLaunchError(
+                    "startup_timeout",
+                    f"engine not ready after {self.startup_timeout_s:.0f} s",
+                    tail,
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, max_bytes: int = 6000) -> str:
+        return _tail(self.log_path, max_bytes)
+
+    def kv_cache_tokens(self) -> int | None:
+        """The KV-cache capacity (tokens) the engine reported at start; None if it did not."""
+        return self._kv_cache_tokens
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """Peak resident memory of the process tree since it became ready (MiB)."""
+        s = self._sampler
+        return round(s.peak_bytes / 2**20, 1) if s is not None and s.peak_bytes else None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Terminate the server's own process group (its workers included), then reap."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # Workers can outlive the leader; make sure the whole group is gone.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+        sampler = self._sampler
+        if sampler is not None:
+            sampler.done.set()
+            sampler.join(timeout=2.0)

@@ -1,0 +1,110 @@
+"""What vLLM's server tells us: spec-decode counters and queue time from ``/metrics``, the
+prefix-cache reset (dev mode), greedy token ids and the KV capacity in its start log.
+
+Acceptance comes from vLLM's counters, read before and after a measured window (the math is
+``tuner.metrics.spec_delta``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tuner.engines._probe import EngineProbe, fetch_metrics_text
+from tuner.metrics import SpecCounters, WindowReading, queue_delta, spec_delta
+
+__all__ = ["VLLMProbe", "parse_kv_cache_tokens", "parse_queue_time", "parse_spec_counters"]
+
+_PREFIX = "vllm:spec_decode_"
+_QUEUE_TIME = "vllm:request_queue_time_seconds"
+_KV_RE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
+
+
+def parse_spec_counters(text: str) -> SpecCounters:
+    """Sum vLLM's spec-decode counters over all label sets (one per engine) in /metrics text."""
+    drafts = draft_tokens = accepted = 0.0
+    per_pos: dict[int, float] = {}
+    present = False
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith(_PREFIX):
+            continue
+        for s in fam.samples:
+            if not s.name.endswith("_total"):
+                continue  # skip *_created timestamps
+            present = True
+            base = s.name.removesuffix("_total")
+            if base == _PREFIX + "num_drafts":
+                drafts += s.value
+            elif base == _PREFIX + "num_draft_tokens":
+                draft_tokens += s.value
+            elif base == _PREFIX + "num_accepted_tokens":
+                accepted += s.value
+            elif base == _PREFIX + "num_accepted_tokens_per_pos":
+                pos = int(s.labels.get("position", "0"))
+                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    ordered = tuple(per_pos[i] for i in sorted(per_pos))
+    return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
+
+
+def parse_queue_time(text: str) -> tuple[float, float] | None:
+    """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
+    total = count = 0.0
+    seen = False
+    for fam in text_string_to_metric_families(text):
+        if fam.name != _QUEUE_TIME:
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_sum"):
+                total += s.value
+                seen = True
+            elif s.name.endswith("_count"):
+                count += s.value
+    return (total, count) if seen else None
+
+
+def parse_kv_cache_tokens(log_text: str) -> int | None:
+    """The KV-cache capacity vLLM reported at start (the last such line)."""
+    m = _KV_RE.findall(log_text)
+    return int(m[-1].replace(",", "")) if m else None
+
+
+class VLLMProbe(EngineProbe):
+    """vLLM's OpenAI server. The prefix-cache reset needs ``VLLM_SERVER_DEV_MODE=1``
+    (``build_env`` sets it)."""
+
+    kind: ClassVar[str] = "vllm"
+    reset_path: ClassVar[str | None] = "/reset_prefix_cache"
+    greedy_path: ClassVar[str | None] = "/v1/completions"
+
+    @asynccontextmanager
+    async def window(self, base_url: str) -> AsyncIterator[WindowReading]:
+        """Counters read before and after the window; their deltas are its acceptance and
+        mean queue time. An unreadable ``/metrics`` raises LoadError."""
+        reading = WindowReading()
+        text = await fetch_metrics_text(base_url)
+        before, q0 = parse_spec_counters(text), parse_queue_time(text)
+        yield reading
+        text = await fetch_metrics_text(base_url)
+        after, q1 = parse_spec_counters(text), parse_queue_time(text)
+        reading.spec = spec_delta(before, after)
+        reading.mean_queue_ms = queue_delta(q0, q1)
+
+    def _greedy_body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        return {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+
+    def _greedy_ids(self, answer: Any) -> list[Any] | None:
+        return answer["choices"][0].get("token_ids")
+
+    def kv_cache_tokens(self, log_text: str) -> int | None:
+        return parse_kv_cache_tokens(log_text)

@@ -1,0 +1,131 @@
+"""Where a trial's numbers come from, chosen once per job: a launched engine
+(``LaunchMeasurer``, the product) or a recorded surface (``tuner.surface.ReplayMeasurer``,
+for benchmarking the search). No shared loop branches on which one it is."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuner.engines import EngineConfig, EngineLaunchError, server_class
+from tuner.loadgen import LoadError
+from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
+from tuner.measure._protocol import greedy_outputs, measure_all
+from tuner.preflight import PreflightError, preflight
+from tuner.space import SearchSpace
+from tuner.workloads import Prompt
+
+__all__ = ["LaunchMeasurer", "Measurer", "PruneCheck", "LosslessCheck", "OnLaunch"]
+
+PruneCheck = Callable[[dict[str, Any]], str | None]  # objective point -> evidence or None
+LosslessCheck = Callable[[list[Any]], dict[str, Any]]  # greedy ids -> stored fields
+OnLaunch = Callable[[float, bool], None]  # (start-up seconds, confirmation?) -> None
+
+
+class Measurer(ABC):
+    """Measures one engine configuration at every point of the space."""
+
+    live = True  # False for a replay: nothing to re-launch, confirm or compare with a host
+
+    def check(self, cfg: EngineConfig) -> None:
+        """Refuse a configuration before any launch (raises TrialFailed); a recorded
+        surface has nothing to check."""
+        return None
+
+    @abstractmethod
+    def measure(
+        self,
+        cfg: EngineConfig,
+        params: dict[str, Any],
+        log_path: Path,
+        *,
+        prune: PruneCheck | None = None,
+        lossless: LosslessCheck | None = None,
+        confirm: bool = False,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """(measurements, extra): the points, objective point first, and what the launch
+        reported (startup_s, log_path, kv_cache_tokens, peak_rss_mb, lossless fields)."""
+
+
+class LaunchMeasurer(Measurer):
+    """One real engine launch per call, measuring every workload and level."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        prompts: dict[str, list[Prompt]],
+        work_dir: Path,
+        control: JobControl,
+        on_launch: OnLaunch,
+        launcher: list[str] | None = None,
+    ) -> None:
+        self.space, self.prompts, self.work_dir = space, prompts, work_dir
+        self.control, self.on_launch, self.launcher = control, on_launch, launcher
+        self.server_cls = server_class(space.engine.kind)
+
+    def check(self, cfg: EngineConfig) -> None:
+        try:
+            preflight(cfg)
+        except PreflightError as e:
+            raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
+
+    def measure(
+        self,
+        cfg: EngineConfig,
+        params: dict[str, Any],
+        log_path: Path,
+        *,
+        prune: PruneCheck | None = None,
+        lossless: LosslessCheck | None = None,
+        confirm: bool = False,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        server = self.server_cls(
+            cfg,
+            log_path,
+            cache_root=self.work_dir / "cache" / self.server_cls.kind,
+            startup_timeout_s=self.space.engine.startup_timeout_s,
+            launcher=self.launcher,
+        )
+        self.control.attach(server)
+        extra: dict[str, Any] = {}
+        try:
+            with server:
+                self.on_launch(server.startup_s or 0.0, confirm)
+                extra["kv_cache_tokens"] = server.kv_cache_tokens()
+                try:
+                    ms = measure_all(server, self.space, self.prompts, prune)
+                    if lossless is not None:
+                        extra.update(lossless(greedy_outputs(server, self.space, self.prompts)))
+                except (LoadError, OSError) as e:
+                    detail = f"{e}\n--- engine log tail ---\n{server.log_tail()}"
+                    reason = "crash" if not server.alive() else "measurement"
+                    raise TrialFailed(reason, detail) from None
+                if not server.alive():
+                    raise TrialFailed(
+                        "crash", "engine died during measurement\n" + server.log_tail()
+                    )
+        except Pruned as e:
+            e.extra = {
+                "startup_s": server.startup_s,
+                "log_path": str(log_path),
+                "kv_cache_tokens": extra.get("kv_cache_tokens"),
+            }
+            raise
+        except (EngineLaunchError, TrialFailed) as e:
+            if self.control.cancelled:
+                raise JobCancelled("job cancelled while its engine ran") from None
+            if isinstance(e, TrialFailed):
+                e.log_path = str(log_path)
+                raise
+            self.on_launch(0.0, confirm)
+            detail = f"{e.message}\n--- engine log tail ---\n{e.log_tail}"
+            raise TrialFailed(e.reason, detail, str(log_path)) from None
+        finally:
+            self.control.attach(None)
+        if self.control.cancelled:
+            raise JobCancelled("job cancelled while its engine ran")
+        extra["peak_rss_mb"] = server.peak_rss_mb
+        extra.update(startup_s=server.startup_s, log_path=str(log_path))
+        return ms, extra

@@ -1,0 +1,126 @@
+"""The one table of speculative methods: which parameters each has, how they are named.
+
+Every place that used to walk ``if method == "ngram" … elif "draft_model" …`` reads this
+table instead: sampling, start points, the grid, a stored trial's parameters back into the
+space, the speculative config an engine is launched with, and the text a person reads. How
+each *engine* spells a method (SGLang's algorithm names, TensorRT-LLM's decoding types) lives
+in ``tuner.engines``; this table only knows SpecTune's names, which are vLLM's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tuner.space import METHOD_NAMES
+
+__all__ = ["METHODS", "Method", "Param", "method_of", "params_text"]
+
+# Order of the keys in a speculative config (what the vLLM JSON export prints).
+SPEC_ORDER = ("model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a method.
+
+    ``key``: its name in a trial's params (Optuna's name is ``method.key``); ``source``: the
+    attribute of the method's spec holding its choices (an ``IntRange`` or a list);
+    ``spec_key``: its key in the speculative config, or None; ``path``: a checkpoint folder,
+    resolved against the space's folder in the config and shown by its last part;
+    ``start``: which choice a start point takes when it does not say."""
+
+    key: str
+    source: str
+    spec_key: str | None
+    path: bool = False
+    start: Literal["min", "max", "first"] = "first"
+
+    def choices(self, spec: Any) -> list[Any]:
+        v = getattr(spec, self.source)
+        return v.values() if hasattr(v, "values") else list(v)
+
+    def default(self, spec: Any) -> Any:
+        v = getattr(spec, self.source)
+        if self.start == "first":
+            return v[0]
+        return v.min if self.start == "min" else v.max
+
+
+_DEPTH = Param("num_speculative_tokens", "num_speculative_tokens", "num_speculative_tokens")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str
+    params: tuple[Param, ...]
+
+    def optuna_name(self, p: Param) -> str:
+        return f"{self.name}.{p.key}"
+
+    def fix(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The configuration the engine would really run (vLLM clamps n-gram's max lookup
+        up to its min, so a max below the min is that same engine)."""
+        if self.name == "ngram":
+            lo, hi = params["prompt_lookup_min"], params["prompt_lookup_max"]
+            return {**params, "prompt_lookup_max": max(lo, hi)}
+        return params
+
+    def speculative_config(self, params: dict[str, Any], resolve: Any) -> dict[str, Any]:
+        spec: dict[str, Any] = {"method": self.name}
+        by_spec = {p.spec_key: p for p in self.params if p.spec_key}
+        for key in SPEC_ORDER:
+            p = by_spec.get(key)
+            if p is not None:
+                v = params[p.key]
+                spec[key] = resolve(v) if p.path else v
+        return spec
+
+    def text(self, params: dict[str, Any]) -> str:
+        out = f"{self.name} k={params['num_speculative_tokens']}"
+        if self.name == "ngram":
+            out += f" lookup={params['prompt_lookup_min']}..{params['prompt_lookup_max']}"
+        for p in self.params:
+            if p.path:
+                out += f" {p.key}={Path(params[p.key]).name}"
+        return out
+
+
+METHODS: dict[str, Method] = {
+    "ngram": Method(
+        "ngram",
+        "n-gram prompt lookup",
+        (
+            _DEPTH,
+            Param("prompt_lookup_min", "prompt_lookup_min", "prompt_lookup_min", start="min"),
+            Param("prompt_lookup_max", "prompt_lookup_max", "prompt_lookup_max", start="max"),
+        ),
+    ),
+    "draft_model": Method(
+        "draft_model", "draft model", (_DEPTH, Param("draft", "drafts", "model", path=True))
+    ),
+    "eagle": Method("eagle", "EAGLE head", (_DEPTH, Param("head", "heads", "model", path=True))),
+    "eagle3": Method(
+        "eagle3", "EAGLE-3 head", (_DEPTH, Param("head", "heads", "model", path=True))
+    ),
+    "mtp": Method("mtp", "MTP layers", (_DEPTH,)),
+}
+assert tuple(METHODS) == METHOD_NAMES, "the table and the space's method names must agree"
+
+
+def method_of(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}") from None
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """A trial's configuration as a person reads it: ``ngram k=3 lookup=1..4``."""
+    m = params["method"]
+    on = f" on {Path(params['target']).name}" if params.get("target") else ""
+    if m == "none":
+        return "baseline (no speculation)" + on
+    return method_of(m).text(params) + on

@@ -1,0 +1,128 @@
+"""The candidates part of a search space: each speculative method's ranges and choices."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+
+__all__ = [
+    "METHOD_NAMES",
+    "DraftModelMethod",
+    "HeadMethod",
+    "IntRange",
+    "Methods",
+    "MtpMethod",
+    "NgramMethod",
+    "SpaceError",
+    "StartPoint",
+]
+
+
+class SpaceError(ValueError):
+    """A search space that cannot be used; the message names each bad field and why."""
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are refused (a typo is an error, not a silent default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntRange(StrictModel):
+    """Inclusive integer range ``{min: 1, max: 4}``."""
+
+    min: Annotated[int, Field(ge=1)]
+    max: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.min, self.max + 1))
+
+
+class NgramMethod(StrictModel):
+    """Prompt lookup: proposes continuations of n-grams already in the context."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    prompt_lookup_min: IntRange = IntRange(min=1, max=3)
+    prompt_lookup_max: IntRange = IntRange(min=2, max=5)
+
+    @model_validator(mode="after")
+    def _lookup_consistent(self) -> NgramMethod:
+        if self.prompt_lookup_max.max < self.prompt_lookup_min.min:
+            raise ValueError("prompt_lookup_max.max must be >= prompt_lookup_min.min")
+        return self
+
+
+def _no_repeats(v: list[str]) -> list[str]:
+    if len(set(v)) != len(v):
+        raise ValueError("paths must not repeat")
+    return v
+
+
+# One or more checkpoint folders, each at most once (the error names the field).
+CheckpointList = Annotated[list[str], Field(min_length=1), AfterValidator(_no_repeats)]
+
+
+class DraftModelMethod(StrictModel):
+    """A separate small model that shares the target's vocabulary."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    drafts: CheckpointList
+
+
+class HeadMethod(StrictModel):
+    """EAGLE or EAGLE-3: a head trained on one target's hidden states (checked before launch:
+    its width, vocabulary and input layer must fit this target)."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    heads: CheckpointList
+
+
+class MtpMethod(StrictModel):
+    """The checkpoint's own multi-token-prediction layers (DeepSeek-V3, MiMo, Qwen3-Next...)."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=1)
+    model: str | None = Field(
+        None,
+        description="An MTP checkpoint served instead of engine.model. It is another target: "
+        "the job measures its own baseline and reports it apart, never against engine.model's.",
+    )
+
+
+METHOD_NAMES = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
+
+
+class Methods(StrictModel):
+    ngram: NgramMethod | None = None
+    draft_model: DraftModelMethod | None = None
+    eagle: HeadMethod | None = None
+    eagle3: HeadMethod | None = None
+    mtp: MtpMethod | None = None
+
+    def enabled(self) -> list[str]:
+        return [name for name in METHOD_NAMES if getattr(self, name) is not None]
+
+
+class StartPoint(StrictModel):
+    """A known-good candidate measured right after the baseline (before the sampler guesses)."""
+
+    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
+    num_speculative_tokens: Annotated[int, Field(ge=1)]
+    prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None
+    prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
+    draft: str | None = None
+    head: str | None = Field(None, description="eagle/eagle3: one of the method's heads")
+    max_num_seqs: int | None = None
+    memory_fraction: float | None = None

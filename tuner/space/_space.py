@@ -1,0 +1,346 @@
+"""The rest of a search space: engine, hosted references, workloads, measurement protocol,
+SLO, objectives, and the ``SearchSpace`` that holds them.
+
+Why pydantic: every field is validated with its path, so a bad file is refused before any
+engine time is spent, with a message like ``methods.ngram.prompt_lookup_max: ...``.
+Relative paths (models, drafts, workload files) resolve against the YAML file's folder, so a
+preset works from any working directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from tuner.engines import ENGINE_KINDS
+from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
+
+__all__ = [
+    "METRIC_DIRECTIONS",
+    "SLO",
+    "EngineSpec",
+    "HostedEndpoint",
+    "LosslessSpec",
+    "MeasurementSpec",
+    "Objective",
+    "SearchSpace",
+    "WorkloadSpec",
+]
+
+# Engines that launch (tuner.engines' registry) and the replay of a recorded surface.
+EngineKind = Literal[(*ENGINE_KINDS, "replay")]  # type: ignore[valid-type]
+
+# Metrics an objective may name, with the direction that is "better".
+METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
+    "output_tok_per_s": "maximize",
+    "requests_per_s": "maximize",
+    "goodput_req_per_s": "maximize",
+    "p50_tpot_ms": "minimize",
+    "p90_tpot_ms": "minimize",
+    "p99_tpot_ms": "minimize",
+    "p50_ttft_ms": "minimize",
+    "p90_ttft_ms": "minimize",
+    "p99_ttft_ms": "minimize",
+    "p50_e2e_ms": "minimize",
+    "p90_e2e_ms": "minimize",
+    "p99_e2e_ms": "minimize",
+    "p99_itl_ms": "minimize",
+}
+
+
+class EngineSpec(StrictModel):
+    """How to launch the engine; per preset, because what pays differs by hardware."""
+
+    kind: EngineKind = Field(
+        "vllm",
+        description="sglang launches python -m sglang.launch_server (CUDA only); replay "
+        "answers trials from a recorded surface file: for benchmarking the search only, never "
+        "a measurement of this job.",
+    )
+    surface: str | None = Field(None, description="kind replay: the surface file to answer from")
+    model: str
+    served_model_name: str = "target"
+    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 512
+    enforce_eager: bool = Field(
+        False,
+        description="On CPU it cuts start-up ~75 s -> ~27 s at equal latency; on a GPU it "
+        "disables CUDA graphs, so leave it off there.",
+    )
+    dtype: str | None = None
+    cpu_kvcache_gib: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="CPU only: exact KV-cache size (VLLM_CPU_KVCACHE_SPACE); overrides "
+        "memory_fraction.",
+    )
+    device: Literal["cpu", "cuda"] = "cpu"
+    startup_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 300.0
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _surface_for_replay(self) -> EngineSpec:
+        if self.kind == "replay" and not self.surface:
+            raise ValueError("kind replay needs surface: the recorded surface file")
+        if self.kind != "replay" and self.surface is not None:
+            raise ValueError("surface applies only to kind: replay")
+        return self
+
+
+class HostedEndpoint(StrictModel):
+    """An OpenAI-compatible endpoint you do not launch (a provider, another team's server),
+    measured with the same workload and load generator as a reference row beside the trials.
+    It is never the winner: there is nothing of it to export."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w.-]+$")]
+    base_url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] = Field(
+        description="server root, as in http://host:8000 (a trailing /v1 is accepted)"
+    )
+    model: Annotated[str, Field(min_length=1, max_length=500)]
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+        None,
+        description="Name of the environment variable holding the key, read when the job "
+        "runs; the key itself is never stored.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ("api_key" in data or "key" in data):
+            raise ValueError(
+                "api_key: keys are never stored; put it in an environment variable and give "
+                "its name in api_key_env"
+            )
+        return data
+
+    @property
+    def root(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+
+class WorkloadSpec(StrictModel):
+    """Which prompts, how many, how long; ``builtin`` names a set shipped with SpecTune."""
+
+    builtin: Literal["code_completion", "chat", "summarization"] | None = "code_completion"
+    path: str | None = None
+    num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
+    max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
+    warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    arrival: Literal["closed", "poisson"] = Field(
+        "closed", description="closed: fixed concurrency; poisson: open loop at request_rate"
+    )
+    request_rate: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
+        None, description="Requests per second for poisson arrivals."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSpec:
+        if self.path is not None and self.builtin is not None:
+            raise ValueError("give either builtin or path, not both (set builtin: null)")
+        if self.path is None and self.builtin is None:
+            raise ValueError("give builtin or path")
+        if self.arrival == "poisson" and self.request_rate is None:
+            raise ValueError("arrival poisson needs request_rate (requests per second)")
+        if self.arrival == "closed" and self.request_rate is not None:
+            raise ValueError("request_rate applies only to arrival: poisson")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.builtin if self.builtin is not None else Path(self.path or "").stem
+
+
+class MeasurementSpec(StrictModel):
+    """How each point is measured: repeats, noise rejection, confirmation of the front."""
+
+    repeats: Annotated[int, Field(ge=1, le=50)] = 3
+    max_relative_mad: Annotated[float, Field(gt=0, le=10)] = 0.1
+    remeasure: Annotated[int, Field(ge=0, le=5)] = Field(
+        1, description="How often a too-noisy point is measured again before it is flagged."
+    )
+    noise_penalty: Annotated[float, Field(ge=0, le=10)] = 1.0
+    confirm_top: Annotated[int, Field(ge=0, le=20)] = Field(
+        2, description="Front configurations re-launched and re-measured at the end of the job."
+    )
+    reset_prefix_cache: bool = True
+    prune: bool = Field(
+        True,
+        description="Stop a trial after its objective point when a feasible trial already "
+        "beats it on every objective beyond both 95% intervals.",
+    )
+
+
+class LosslessSpec(StrictModel):
+    """Greedy outputs of every speculative configuration against the baseline's."""
+
+    enabled: bool = True
+    num_prompts: Annotated[int, Field(ge=1, le=1000)] = 8
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    min_match_rate: Annotated[float, Field(ge=0, le=1)] = 0.9
+
+
+class SLO(StrictModel):
+    """Latency limits a configuration must meet to be feasible (all optional)."""
+
+    p99_tpot_ms: Annotated[float, Field(gt=0, le=600_000)] | None = None
+    p99_ttft_ms: Annotated[float, Field(gt=0, le=600_000)] | None = None
+    p99_e2e_ms: Annotated[float, Field(gt=0, le=3_600_000)] | None = None
+
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Objective(StrictModel):
+    metric: str
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> Objective:
+        if self.metric not in METRIC_DIRECTIONS:
+            raise ValueError(
+                f"unknown metric {self.metric!r}; choose from {sorted(METRIC_DIRECTIONS)}"
+            )
+        return self
+
+    @property
+    def resolved_direction(self) -> Literal["maximize", "minimize"]:
+        return self.direction or METRIC_DIRECTIONS[self.metric]
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="output_tok_per_s"), Objective(metric="p99_tpot_ms")]
+
+
+class SearchSpace(StrictModel):
+    """One tuning job: the target, the candidates, the load, the SLO and the budget."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    engine: EngineSpec
+    methods: Methods
+    max_num_seqs: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = [8]
+    memory_fraction: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)] = [
+        0.1
+    ]
+    concurrency: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = [
+        1,
+        4,
+    ]
+    objective_concurrency: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Level whose numbers Optuna optimises; default: the highest level."
+    )
+    workload: WorkloadSpec = WorkloadSpec()
+    workloads: Annotated[list[WorkloadSpec], Field(max_length=8)] | None = Field(
+        None, description="Several workloads, each measured separately (replaces workload)."
+    )
+    measurement: MeasurementSpec = MeasurementSpec()
+    lossless: LosslessSpec = LosslessSpec()
+    slo: SLO = SLO()
+    objectives: Annotated[list[Objective], Field(min_length=1, max_length=4)] = Field(
+        default_factory=_default_objectives
+    )
+    start_with: list[StartPoint] = Field(default_factory=list)
+    hosted: Annotated[list[HostedEndpoint], Field(max_length=8)] = Field(
+        default_factory=list,
+        description="OpenAI-compatible endpoints measured once per job as reference rows.",
+    )
+    warm_start: Annotated[int, Field(ge=0, le=20)] = Field(
+        0,
+        description="Enqueue the best N configurations of earlier finished jobs on the same "
+        "target, engine and hardware (after the baseline and start_with).",
+    )
+    trials: Annotated[int, Field(ge=1, le=10_000)] = 8
+    seed: int = 0
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("concurrency", "max_num_seqs", "memory_fraction")
+    @classmethod
+    def _sorted_unique(cls, v: list[Any]) -> list[Any]:
+        if len(set(v)) != len(v):
+            raise ValueError("values must not repeat")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> SearchSpace:
+        if not self.methods.enabled():
+            raise ValueError(f"methods: enable at least one of {', '.join(METHOD_NAMES)}")
+        top = max(self.concurrency)
+        small = [n for n in self.max_num_seqs if n < top]
+        if small:
+            raise ValueError(
+                f"max_num_seqs {small} is below the highest concurrency level {top}: "
+                "the engine would queue requests the client thinks are concurrent"
+            )
+        if self.objective_concurrency is not None and (
+            self.objective_concurrency not in self.concurrency
+        ):
+            raise ValueError(
+                f"objective_concurrency {self.objective_concurrency} is not one of "
+                f"concurrency {self.concurrency}"
+            )
+        for i, sp in enumerate(self.start_with):
+            self._check_start(i, sp)
+        if self.workloads is not None:
+            names = [w.name for w in self.workloads]
+            if not names:
+                raise ValueError("workloads: give at least one")
+            if len(set(names)) != len(names):
+                raise ValueError(f"workloads: names must differ, got {names}")
+        hosted = [h.name for h in self.hosted]
+        if len(set(hosted)) != len(hosted):
+            raise ValueError(f"hosted: names must differ, got {hosted}")
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError("objectives: each metric at most once")
+        return self
+
+    def _check_start(self, i: int, sp: StartPoint) -> None:
+        where = f"start_with.{i}"
+        m = getattr(self.methods, sp.method)
+        if m is None:
+            raise ValueError(f"{where}: method {sp.method} is not enabled in methods")
+        rng = m.num_speculative_tokens
+        if not rng.min <= sp.num_speculative_tokens <= rng.max:
+            raise ValueError(
+                f"{where}: num_speculative_tokens {sp.num_speculative_tokens} is "
+                f"outside {rng.min}..{rng.max}"
+            )
+        if sp.method == "draft_model" and sp.draft is not None and sp.draft not in m.drafts:
+            raise ValueError(
+                f"{where}: draft {sp.draft!r} is not one of methods.draft_model.drafts"
+            )
+        if sp.head is not None and (
+            sp.method not in ("eagle", "eagle3") or sp.head not in m.heads
+        ):
+            raise ValueError(f"{where}: head {sp.head!r} is not one of methods.{sp.method}.heads")
+        if sp.max_num_seqs is not None and sp.max_num_seqs not in self.max_num_seqs:
+            raise ValueError(
+                f"{where}: max_num_seqs {sp.max_num_seqs} is not one of {self.max_num_seqs}"
+            )
+        if sp.memory_fraction is not None and sp.memory_fraction not in self.memory_fraction:
+            raise ValueError(
+                f"{where}: memory_fraction {sp.memory_fraction} is not one of "
+                f"{self.memory_fraction}"
+            )
+
+    @property
+    def all_workloads(self) -> list[WorkloadSpec]:
+        return list(self.workloads) if self.workloads else [self.workload]
+
+    @property
+    def primary_workload(self) -> str:
+        """The workload whose numbers Optuna optimises: the first one."""
+        return self.all_workloads[0].name
+
+    @property
+    def primary_concurrency(self) -> int:
+        return self.objective_concurrency or max(self.concurrency)
+
+    def resolve(self, path: str) -> str:
+        """Absolute form of a path written relative to the YAML file."""
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else (self.base_dir / p).resolve())

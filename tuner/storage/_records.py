@@ -1,0 +1,98 @@
+"""The one read model of a trial: Optuna's state and constraints joined with SpecTune's row.
+
+The CLI (``spectune trials``) and the API (``/api/jobs/{id}/trials``) both read this; neither
+rebuilds a record by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["RecordQueries", "TrialRecord"]
+
+
+class TrialRecord(BaseModel):
+    """A trial as users see it: metrics at the job's objective point, units in their names."""
+
+    model_config = ConfigDict(frozen=True)
+
+    number: int
+    state: str = Field(description="Optuna's state in lower case: complete, pruned, fail, …")
+    method: str | None
+    params: dict[str, Any]
+    fail_reason: str | None = None
+    fail_detail: str | None = None
+    log_path: str | None = None
+    startup_s: float | None = None
+    reused_from: int | None = None
+    lossless_match_rate: float | None = None
+    kv_cache_tokens: int | None = None
+    peak_rss_mb: float | None = None
+    constraints: dict[str, float] = Field(default_factory=dict)
+    concurrency: int = Field(description="the job's objective concurrency")
+    workload: str = Field(description="the job's first workload")
+    metrics: dict[str, Any] = Field(
+        default_factory=dict, description="the measurement at (workload, concurrency)"
+    )
+    measurements: list[dict[str, Any]] = Field(default_factory=list)
+
+    def flat(self) -> dict[str, Any]:
+        """The record with the objective point's metrics at the top level (``--json``)."""
+        d = self.model_dump(exclude={"metrics", "measurements"})
+        d.update({k: v for k, v in self.metrics.items() if k not in ("workload", "concurrency")})
+        d["measurements"] = self.measurements
+        return d
+
+
+_ROW_KEYS = (
+    "fail_reason",
+    "fail_detail",
+    "log_path",
+    "startup_s",
+    "reused_from",
+    "lossless_match_rate",
+    "kv_cache_tokens",
+    "peak_rss_mb",
+)
+
+
+class RecordQueries:
+    """Mixin of ``Store``: needs ``job``, ``space``, ``trials`` and ``load_study``."""
+
+    job: Callable[..., Any]
+    space: Callable[[int], Any]
+    trials: Callable[..., list[Any]]
+    load_study: Callable[..., optuna.Study]
+
+    def trial_records(self, job_id: int) -> list[TrialRecord]:
+        """Every trial of the job (waiting ones too), by number; JobNotFound if none."""
+        space = self.space(job_id)
+        conc, wl = space.primary_concurrency, space.primary_workload
+        rows = {r.number: r for r in self.trials(job_id)}
+        out = []
+        for t in self.load_study(job_id).get_trials(deepcopy=False):
+            r = rows.get(t.number)
+            ms = [dict(m.metrics) for m in r.measurements] if r is not None else []
+            prim = next((m for m in ms if (m["workload"], m["concurrency"]) == (wl, conc)), {})
+            row: dict[str, Any] = {}
+            if r is not None:
+                row = {k: getattr(r, k) for k in _ROW_KEYS}
+            out.append(
+                TrialRecord(
+                    number=t.number,
+                    state=t.state.name.lower(),
+                    method=(r.method if r is not None else None) or t.params.get("method"),
+                    params=(dict(r.params) if r is not None else None) or dict(t.params),
+                    constraints=dict(t.constraints),
+                    concurrency=conc,
+                    workload=wl,
+                    metrics=prim,
+                    measurements=ms,
+                    **row,
+                )
+            )
+        return out

@@ -1,0 +1,225 @@
+"""Trial writes and finders of the ``Store`` (a mixin: ``Store`` supplies ``session()``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from tuner.storage._models import MeasurementModel, TrialModel, utcnow
+
+__all__ = ["LOG_TAIL_CHARS", "TrialNotFound", "TrialQueries"]
+
+LOG_TAIL_CHARS = 4000  # what a failed trial keeps of its engine log
+
+
+class TrialNotFound(LookupError):
+    pass
+
+
+def _load(rows: Iterable[TrialModel]) -> list[TrialModel]:
+    out = list(rows)
+    for r in out:
+        _ = r.measurements  # loaded while the session is open: rows are used detached
+    return out
+
+
+class TrialQueries:
+    session: Callable[[], AbstractContextManager[Session]]
+
+    def add_trial(
+        self,
+        job_id: int,
+        number: int,
+        *,
+        method: str,
+        params: dict[str, Any],
+        engine_config: dict[str, Any],
+        engine_key: str,
+    ) -> int:
+        """A ``running`` row for a trial about to run; returns its id."""
+        with self.session() as s:
+            row = TrialModel(
+                job_id=job_id,
+                number=number,
+                state="running",
+                method=method,
+                params=params,
+                engine_config=engine_config,
+                engine_key=engine_key,
+            )
+            s.add(row)
+            s.flush()
+            return row.trial_id
+
+    def store_results(
+        self,
+        trial_id: int,
+        measurements: list[dict[str, Any]],
+        extra: dict[str, Any],
+        *,
+        state: str,
+    ) -> None:
+        """A trial's measured points and what its launch reported, in one transaction."""
+        with self.session() as s:
+            row = s.get(TrialModel, trial_id)
+            if row is None:
+                raise TrialNotFound(f"trial id {trial_id} not found")
+            for m in measurements:
+                row.measurements.append(
+                    MeasurementModel(
+                        workload=m["workload"],
+                        concurrency=m["concurrency"],
+                        output_tok_per_s=m["output_tok_per_s"],
+                        p99_tpot_ms=m.get("p99_tpot_ms"),
+                        num_failed=m["num_failed"],
+                        metrics=m,
+                    )
+                )
+            for key in (
+                "startup_s",
+                "log_path",
+                "reused_from",
+                "kv_cache_tokens",
+                "peak_rss_mb",
+                "greedy_token_ids",
+                "lossless_match_rate",
+            ):
+                setattr(row, key, extra.get(key))
+            row.state = state
+            row.finished_at = utcnow()
+
+    def finish_trial(
+        self,
+        trial_id: int,
+        state: str,
+        *,
+        reason: str | None = None,
+        detail: str | None = None,
+        log_path: str | None = None,
+    ) -> None:
+        with self.session() as s:
+            row = s.get(TrialModel, trial_id)
+            if row is None:
+                raise TrialNotFound(f"trial id {trial_id} not found")
+            row.state = state
+            row.fail_reason = reason
+            row.fail_detail = detail[-LOG_TAIL_CHARS:] if detail else None
+            if log_path:
+                row.log_path = log_path
+            row.finished_at = utcnow()
+
+    def set_trial_log(self, trial_id: int, log_path: str) -> None:
+        with self.session() as s:
+            row = s.get(TrialModel, trial_id)
+            if row is not None:
+                row.log_path = log_path
+
+    def trials(
+        self,
+        job_id: int,
+        *,
+        states: tuple[str, ...] | None = None,
+        launched_only: bool = False,
+    ) -> list[TrialModel]:
+        """A job's trial rows by number, detached with their measurements."""
+        q = select(TrialModel).where(TrialModel.job_id == job_id)
+        if states is not None:
+            q = q.where(TrialModel.state.in_(states))
+        if launched_only:
+            q = q.where(TrialModel.reused_from.is_(None))
+        q = q.options(selectinload(TrialModel.measurements)).order_by(TrialModel.number)
+        with self.session() as s:
+            return _load(s.scalars(q).all())
+
+    def trial(self, job_id: int, number: int) -> TrialModel:
+        q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.number == number)
+        with self.session() as s:
+            row = s.scalars(q).first()
+            if row is None:
+                raise TrialNotFound(f"trial {number} of job {job_id} not found")
+            return _load([row])[0]
+
+    def previous_run(self, job_id: int, engine_key: str, before: int) -> TrialModel | None:
+        """The last trial before ``before`` that ran this engine configuration and says
+        something about it (an interrupted or cancelled one does not)."""
+        q = (
+            select(TrialModel)
+            .where(
+                TrialModel.job_id == job_id,
+                TrialModel.engine_key == engine_key,
+                TrialModel.number < before,
+                TrialModel.state.in_(["complete", "fail", "pruned"]),
+                TrialModel.reused_from.is_(None),
+            )
+            .order_by(TrialModel.number)
+        )
+        with self.session() as s:
+            rows = [r for r in s.scalars(q) if r.fail_reason not in ("interrupted", "cancelled")]
+            return _load(rows[-1:])[0] if rows else None
+
+    def baseline_greedy(self, job_id: int, model: str) -> list[Any] | None:
+        """Greedy token ids of the first baseline served from ``model``."""
+        q = (
+            select(TrialModel)
+            .where(
+                TrialModel.job_id == job_id,
+                TrialModel.method == "none",
+                TrialModel.greedy_token_ids.is_not(None),
+            )
+            .order_by(TrialModel.number)
+        )
+        with self.session() as s:
+            row = next((r for r in s.scalars(q) if r.engine_config.get("model") == model), None)
+            return row.greedy_token_ids if row is not None else None
+
+    def measured_params(self, job_id: int) -> list[dict[str, Any]]:
+        """Parameters of every trial that ran or runs (a waiting one has none yet)."""
+        q = select(TrialModel.params).where(
+            TrialModel.job_id == job_id,
+            TrialModel.state.in_(["complete", "fail", "pruned", "running"]),
+        )
+        with self.session() as s:
+            return [dict(r) for r in s.scalars(q).all()]
+
+    def replace_measurements(
+        self,
+        job_id: int,
+        number: int,
+        new: dict[tuple[str, int], dict[str, Any]],
+        keep: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        """Swap a trial's stored points for re-measured ones: ``keep(old, new)`` builds the
+        stored dict (the confirmation keeps the search's numbers inside it)."""
+        q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.number == number)
+        with self.session() as s:
+            row = s.scalars(q).one()
+            for mrow in row.measurements:
+                m = new.get((mrow.workload, mrow.concurrency))
+                if m is None:
+                    continue
+                m = keep(dict(mrow.metrics), m)
+                mrow.metrics = m
+                mrow.output_tok_per_s = m["output_tok_per_s"]
+                mrow.p99_tpot_ms = m.get("p99_tpot_ms")
+                mrow.num_failed = m["num_failed"]
+
+    def fail_orphaned_trials(self, job_id: int) -> None:
+        """Rows left ``running`` by a worker that died become failed (``interrupted``)."""
+        q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.state == "running")
+        with self.session() as s:
+            for r in s.scalars(q).all():
+                r.state = "fail"
+                r.fail_reason = "interrupted"
+                r.fail_detail = "the worker running this trial stopped before it finished"
+                r.finished_at = utcnow()
+
+
+def iter_points(rows: Iterable[TrialModel]) -> Iterator[tuple[TrialModel, dict[str, Any]]]:
+    """(row, stored metrics) for every measured point of detached rows."""
+    for r in rows:
+        for m in r.measurements:
+            yield r, dict(m.metrics)

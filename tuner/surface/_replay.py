@@ -1,0 +1,110 @@
+"""The replay measurer: answers a trial from a recorded surface instead of launching an engine.
+
+For benchmarking the search only. It is never the default (``engine.kind: replay`` must be
+asked for), every measurement it returns carries ``"replay": <surface path>``, and a job that
+used it refuses to export a winner. The numbers are real, but they were measured by the job
+that recorded the surface, not by this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.engines import FAIL_REASONS, EngineConfig, EngineLaunchError
+from tuner.measure import (
+    LosslessCheck,
+    Measurer,
+    OnLaunch,
+    PruneCheck,
+    Pruned,
+    TrialFailed,
+    point_order,
+)
+from tuner.space import SearchSpace
+from tuner.surface._format import Surface, read_surface
+
+__all__ = ["ReplayEngine", "ReplayMeasurer", "ReplayMiss"]
+
+
+class ReplayMiss(LookupError):
+    """The surface holds no row for this configuration (or for one of its levels)."""
+
+
+@dataclass
+class ReplayEngine:
+    surface: Surface
+
+    @classmethod
+    def open(cls, path: str | Path) -> ReplayEngine:
+        return cls(read_surface(path))
+
+    def measure(
+        self, config: dict[str, Any], levels: list[tuple[str, int]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The recorded measurements of ``config`` at ``levels``, in that order, and the
+        launch facts (start-up time, KV-cache tokens, peak RSS, greedy match)."""
+        pt = self.surface.lookup(config)
+        if pt is None:
+            raise ReplayMiss(f"configuration {config} is not in the surface {self.surface.path}")
+        if pt.state == "fail":
+            reason = pt.fail_reason if pt.fail_reason in FAIL_REASONS else "crash"
+            raise EngineLaunchError(
+                reason,  # type: ignore[arg-type]
+                f"recorded failure ({pt.fail_reason}) in {self.surface.path}",
+                pt.fail_detail or "",
+            )
+        out = []
+        for wl, level in levels:
+            m = pt.measurements.get((wl, level))
+            if m is None:
+                raise ReplayMiss(
+                    f"configuration {config} has no recorded point for workload {wl} at "
+                    f"concurrency {level} in {self.surface.path}"
+                )
+            out.append({**m, "replay": str(self.surface.path)})
+        extra = {
+            "startup_s": pt.startup_s,
+            "kv_cache_tokens": pt.kv_cache_tokens,
+            "peak_rss_mb": pt.peak_rss_mb,
+            "lossless_match_rate": pt.lossless_match_rate,
+            "log_path": None,
+        }
+        return out, extra
+
+
+class ReplayMeasurer(Measurer):
+    """A job's measurer when ``engine.kind`` is replay: a recorded surface, no engine."""
+
+    live = False
+
+    def __init__(self, space: SearchSpace, on_launch: OnLaunch) -> None:
+        self.space, self.on_launch = space, on_launch
+        self._engine: ReplayEngine | None = None
+
+    def measure(
+        self,
+        cfg: EngineConfig,
+        params: dict[str, Any],
+        log_path: Path,
+        *,
+        prune: PruneCheck | None = None,
+        lossless: LosslessCheck | None = None,
+        confirm: bool = False,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        if self._engine is None:
+            self._engine = ReplayEngine.open(self.space.resolve(self.space.engine.surface or ""))
+        try:
+            ms, extra = self._engine.measure(params, point_order(self.space))
+        except ReplayMiss as e:
+            raise TrialFailed("not_recorded", str(e)) from None
+        except EngineLaunchError as e:
+            raise TrialFailed(e.reason, f"{e.message}\n{e.log_tail}") from None
+        self.on_launch(extra.get("startup_s") or 0.0, confirm)
+        if prune is not None:
+            evidence = prune(ms[0])  # levels start with the objective point
+            if evidence is not None:
+                keep = {k: extra.get(k) for k in ("startup_s", "kv_cache_tokens")}
+                raise Pruned(evidence, ms[:1], keep)
+        return ms, extra
