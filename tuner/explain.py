@@ -2,14 +2,16 @@
 
 A user who only sees "ngram k=3" learns nothing they can carry to the next model. The report
 says what the measurements say: how much of each draft the target accepted, how many tokens a
-round commits, the time per committed token against the baseline's, the concurrency from which
-speculation stops paying, and which parameters moved the objective (Optuna's importance
-evaluator; with few trials that ranking is rough, and the report says so).
+round commits, the time per committed token against the baseline's (the one verdict in
+``tuner.verdict``), where speculation stops paying, and which parameters moved the objective
+-- only when the data can tell. Otherwise it says that the data cannot tell.
 """
 
 from __future__ import annotations
 
+import random
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -17,84 +19,113 @@ import optuna
 from tuner.candidates import sample_candidate
 from tuner.pareto import Report
 from tuner.storage import JobNotFound, Store
+from tuner.verdict import level_summary
 
-__all__ = ["explain", "param_importances"]
+__all__ = ["Importances", "evidenced_importances", "explain", "param_importances"]
 
-MIN_TRIALS_FOR_IMPORTANCE = 4
+MIN_CONFIGS_FOR_IMPORTANCE = 10  # distinct configurations before a ranking means anything
+PERMUTATIONS = 100  # shuffles of the values behind each parameter's permutation test
+ALPHA = 0.05  # family-wise: divided by the number of parameters tested (Bonferroni)
+# PED-ANOVA (Optuna 5's default evaluator; handles conditional parameters) asking what sets
+# the better half apart: its default top 10% is one or two trials in a job of this size.
+_EVALUATOR = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.5)
 
 
-def param_importances(store: Store, job_id: int) -> tuple[dict[str, float], int]:
-    """Importance of method, depth, batch size and memory fraction for the first objective
-    (fANOVA, Optuna's default evaluator), and the number of distinct configurations it rests
-    on; empty when there are fewer than MIN_TRIALS_FOR_IMPORTANCE.
+@dataclass(frozen=True)
+class Importances:
+    """Parameters whose importance the data shows: (share of the total, permutation p-value).
 
-    The job's own parameters are conditional (a draft's depth exists only in draft trials),
-    which fANOVA would rank on a handful of trials each; so the complete trials are copied into
-    an in-memory study on the parameters every configuration has, depth 0 meaning none."""
+    A parameter is kept only when the evaluator gives it more on the measured values than on
+    the same values shuffled across configurations (p below 0.05 over the number of parameters),
+    so noise never reads as a finding. The test is marginal: in an unbalanced sample a
+    parameter that moved with an important one can pass too; the sentence says "moved"."""
+
+    n_configs: int
+    shown: dict[str, tuple[float, float]] = field(default_factory=dict)
+    reason: str = ""
+
+
+def _rows(store: Store, job_id: int) -> tuple[list[optuna.trial.FrozenTrial], list[float]]:
+    """One complete trial per distinct configuration on the main target, first objective."""
     try:
         space = store.space(job_id)
     except JobNotFound:
-        space = None
-    study = store.load_study(job_id)
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    rows: dict[tuple, float] = {}
-    for t in done:
-        if space is not None:
-            try:
-                if sample_candidate(optuna.trial.FixedTrial(t.params), space).get("target"):
-                    continue  # another target (an MTP checkpoint): not this comparison
-            except ValueError:
-                pass
-        method = t.params.get("method", "none")
-        depth = t.params.get(f"{method}.num_speculative_tokens", 0)
-        key = (
-            method,
-            depth,
-            t.params.get("max_num_seqs"),
-            t.params.get("memory_fraction"),
-            tuple(sorted(t.params.items())),
-        )
-        rows[key] = t.values[0]
-    if len(rows) < MIN_TRIALS_FOR_IMPORTANCE:
-        return {}, len(rows)
-    dists = {
-        "method": optuna.distributions.CategoricalDistribution(sorted({k[0] for k in rows})),
-        "num_speculative_tokens": optuna.distributions.IntDistribution(
-            0, max(1, max(k[1] for k in rows))
-        ),
-        "max_num_seqs": optuna.distributions.CategoricalDistribution(sorted({k[2] for k in rows})),
-        "memory_fraction": optuna.distributions.CategoricalDistribution(
-            sorted({k[3] for k in rows})
-        ),
-    }
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the in-memory copy is not news
-    flat = optuna.create_study(direction=study.directions[0])
-    for (method, depth, seqs, mem, _), value in rows.items():
-        flat.add_trial(
-            optuna.trial.create_trial(
-                params={
-                    "method": method,
-                    "num_speculative_tokens": depth,
-                    "max_num_seqs": seqs,
-                    "memory_fraction": mem,
-                },
-                distributions=dists,
-                value=value,
-            )
+        return [], []
+    seen: dict[str, tuple[optuna.trial.FrozenTrial, float]] = {}
+    for t in store.load_study(job_id).get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)
+    ):
+        try:
+            if sample_candidate(optuna.trial.FixedTrial(t.params), space).get("target"):
+                continue  # another target (an MTP checkpoint): not this comparison
+        except ValueError:
+            continue
+        seen.setdefault(repr(sorted(t.params.items())), (t, t.values[0]))
+    return [t for t, _ in seen.values()], [v for _, v in seen.values()]
+
+
+def _importances(
+    trials: list[optuna.trial.FrozenTrial], values: list[float], direction: str
+) -> dict[str, float]:
+    study = optuna.create_study(direction=direction)
+    for t, v in zip(trials, values, strict=True):
+        study.add_trial(
+            optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=v)
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            imp = optuna.importance.get_param_importances(flat, normalize=True)
-        except (RuntimeError, ValueError):
-            return {}, len(rows)
-    return {k: float(v) for k, v in imp.items() if v > 0}, len(rows)
+            return dict(
+                optuna.importance.get_param_importances(
+                    study, evaluator=_EVALUATOR, normalize=False
+                )
+            )
+        except (RuntimeError, ValueError, ZeroDivisionError):
+            return {}
 
 
-def explain(
-    rep: Report, importances: dict[str, float] | None = None, n_trials: int = 0
-) -> list[str]:
-    """Plain sentences, one per fact."""
+def param_importances(store: Store, job_id: int, *, seed: int = 0) -> Importances:
+    """Which parameters moved the job's first objective on its main target."""
+    trials, values = _rows(store, job_id)
+    direction = store.load_study(job_id).directions[0].name.lower()
+    return evidenced_importances(trials, values, direction, seed=seed)
+
+
+def evidenced_importances(
+    trials: list[optuna.trial.FrozenTrial], values: list[float], direction: str, *, seed: int = 0
+) -> Importances:
+    """Importances (Optuna's default evaluator, PED-ANOVA, which handles conditional
+    parameters), each only with evidence: enough distinct configurations, and a permutation
+    test against the same values shuffled."""
+    n = len(trials)
+    if n < MIN_CONFIGS_FOR_IMPORTANCE:
+        need = f"{n} distinct configurations; at least {MIN_CONFIGS_FOR_IMPORTANCE} are needed"
+        return Importances(n, reason=need)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the in-memory copies are not news
+    rng = random.Random(seed)
+    full = _importances(trials, values, direction)
+    if not full:
+        return Importances(n, reason="the importance evaluator had too little to work on")
+    null: dict[str, list[float]] = {k: [] for k in full}
+    for _ in range(PERMUTATIONS):
+        shuffled = values[:]
+        rng.shuffle(shuffled)
+        imp = _importances(trials, shuffled, direction)
+        for k in full:
+            null[k].append(imp.get(k, 0.0))
+    total = sum(full.values()) or 1.0
+    shown = {}
+    for k, v in full.items():
+        # One-sided permutation p-value: how often shuffled values give this much or more.
+        p = (1 + sum(x >= v for x in null[k])) / (1 + PERMUTATIONS)
+        if p < ALPHA / len(full):
+            shown[k] = (v / total, p)
+    reason = "" if shown else "no parameter stands above what the same values give shuffled"
+    return Importances(n, dict(sorted(shown.items(), key=lambda kv: -kv[1][0])), reason)
+
+
+def explain(rep: Report, importances: Importances | None = None) -> list[str]:
+    """Plain sentences, one per fact; every verdict word comes from ``tuner.verdict``."""
     w = rep.winner
     if w is None:
         return ["No configuration is feasible under the SLO, so nothing won."]
@@ -113,31 +144,27 @@ def explain(
                 f"The target accepted {acc:.1%} of the {k} drafted tokens per round; a round "
                 f"commits {mal:.2f} tokens on average (accepted drafts + the target's own)."
             )
-        v = next(
-            (v for v in rep.verdicts.get(w.trial_number, []) if v.concurrency == rep.concurrency),
-            None,
-        )
+        v = rep.verdict(w)
         if v is not None:
             lines.append(
                 f"Time per committed token: {v.spec_ms_per_token:.2f} ms against the baseline's "
                 f"{v.baseline_ms_per_token:.2f} ms at concurrency {v.concurrency}: it "
                 f"{v.text()} (draft + verify + coordination, as the client sees it)."
             )
-        cross = rep.crossover.get(w.trial_number)
-        levels = sorted(rep.baseline_by_conc)
-        if cross is None and levels:
-            lines.append(f"It pays at every concurrency measured ({', '.join(map(str, levels))}).")
-        elif cross is not None:
+        lines.append(level_summary(rep.verdicts.get(w.trial_number, [])))
+    if importances is not None:
+        metric = rep.objectives[0][0]
+        if importances.shown:
             lines.append(
-                f"It stops paying from concurrency {cross}: above that, serve without "
-                "speculation or use a depth schedule."
+                f"What moved {metric} (PED-ANOVA over {importances.n_configs} distinct "
+                "configurations; p: permutation test against shuffled values): "
+                + ", ".join(
+                    f"{k} {share:.0%} (p={p:.2f})" for k, (share, p) in importances.shown.items()
+                )
+                + "."
             )
-    if importances:
-        top = sorted(importances.items(), key=lambda kv: -kv[1])[:3]
-        lines.append(
-            f"What moved {rep.objectives[0][0]} most (fANOVA over {n_trials} distinct "
-            "configurations; rough with so few): "
-            + ", ".join(f"{k} {v:.0%}" for k, v in top)
-            + "."
-        )
+        else:
+            lines.append(
+                f"The data cannot tell which parameter moved {metric} most ({importances.reason})."
+            )
     return lines

@@ -34,7 +34,8 @@ _FAMILY_KEYS = (
 def depth_schedule(rep: Report) -> list[list[int]] | None:
     """vLLM's ``num_speculative_tokens_per_batch_size`` from the measurements: at each
     measured concurrency, the depth (among trials that differ from the winner only in depth)
-    with the lowest time per output token, 0 where the baseline is faster; each level's
+    with the lowest time per output token, 0 where that depth's verdict is not "pays" (slower
+    than the baseline, or tied with it within noise); each level's
     depth holds from that level up to the next one. None when one depth is best everywhere
     (or the winner is the baseline)."""
     w = rep.winner
@@ -49,16 +50,15 @@ def depth_schedule(rep: Report) -> list[list[int]] | None:
     best: list[int] = []
     for c in levels:
         cands = [
-            (v.spec_ms_per_token, k)
+            (v.spec_ms_per_token, k, v)
             for n, k in family.items()
             for v in rep.verdicts.get(n, [])
             if v.concurrency == c
         ]
         if not cands:
             return None
-        ms, k = min(cands)
-        base = rep.baseline_by_conc[c].get("mean_tpot_ms")
-        best.append(0 if base is not None and ms >= base else k)
+        _, k, v = min(cands, key=lambda x: (x[0], x[1]))
+        best.append(k if v.pays_off else 0)
     if len(set(best)) <= 1 or max(best) == 0:
         return None
     top = int(w.params.get("max_num_seqs") or levels[-1])

@@ -66,6 +66,7 @@ async def stream_completion(
     text: list[str] = []
     usage = None
     done = False
+    chunks = empty = 0
     try:
         async with session.post(
             url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
@@ -91,20 +92,26 @@ async def stream_completion(
                     if obj.get("usage"):
                         usage = obj["usage"]
                     choices = obj.get("choices") or []
-                    if choices and choices[0].get("text"):
+                    if choices:
+                        # As vLLM's benchmark: every chunk with a choice is a step, whether
+                        # or not its text is empty (a token can print nothing yet), and
+                        # whether it carries one token or several.
                         now = time.perf_counter()
                         if ttft is None:
                             ttft = now - t0
                         else:
                             itl.append(now - last)
                         last = now
-                        text.append(choices[0]["text"])
+                        chunks += 1
+                        piece = choices[0].get("text") or ""
+                        empty += not piece
+                        text.append(piece)
     except TimeoutError:
         return RequestResult(ok=False, error=f"timeout after {timeout_s:g} s")
     except (aiohttp.ClientError, json.JSONDecodeError) as e:
         return RequestResult(ok=False, error=f"{type(e).__name__}: {e}"[:200])
-    # End-to-end ends at the last token, as vLLM's own benchmark counts it: the usage chunk
-    # and [DONE] that follow carry no token.
+    # End-to-end ends at the last chunk with a choice, as vLLM's own benchmark counts it: the
+    # usage chunk and [DONE] that follow carry no token.
     e2e = last - t0
     if not done:
         return RequestResult(ok=False, error="stream ended before [DONE]")
@@ -120,6 +127,8 @@ async def stream_completion(
         e2e_s=e2e,
         itl_s=itl,
         text="".join(text),
+        chunks=chunks,
+        empty_chunks=empty,
     )
 
 

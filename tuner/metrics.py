@@ -43,6 +43,8 @@ class RequestResult:
     itl_s: list[float] = field(default_factory=list)
     error: str = ""
     text: str = ""
+    chunks: int = 0  # streamed chunks that carried a choice (vLLM's benchmark counts these)
+    empty_chunks: int = 0  # of those, chunks whose text was empty
 
     @property
     def tpot_s(self) -> float | None:
@@ -150,6 +152,10 @@ class Measurement(BaseModel):
     p99_e2e_ms: float | None
     mean_queue_ms: float | None = None
     request_rate_per_s: float | None = None
+    stream_chunks: int = 0  # streamed chunks with a choice, over every request
+    empty_text_chunks: int = 0  # of those, chunks with empty text (tokens that print nothing)
+    tokens_per_chunk: float | None = None
+    multi_token_chunks: bool = False  # some chunk carried several tokens: ITL is per chunk
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     per_position_acceptance: list[float] = []
@@ -210,9 +216,17 @@ def summarize(
         for stat, v in _pct(vals).items():
             fields[f"{stat}_{name}_ms"] = v
     errors = sorted({r.error for r in failed})[:5]
-    extra: dict = {}
+    chunks = sum(r.chunks for r in ok)
+    extra: dict = {
+        "stream_chunks": chunks,
+        "empty_text_chunks": sum(r.empty_chunks for r in ok),
+        "tokens_per_chunk": round(out_tokens / chunks, 3) if chunks else None,
+        # ITL is per chunk, as vLLM's benchmark counts it: when chunks carry several tokens
+        # (speculation commits several per step; some servers batch), ITL is not per token.
+        "multi_token_chunks": bool(chunks) and out_tokens > chunks,
+    }
     if spec is not None:
-        extra = {
+        extra |= {
             "acceptance_rate": spec.acceptance_rate,
             "mean_acceptance_length": spec.mean_acceptance_length,
             "per_position_acceptance": spec.per_position_acceptance,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tuner.storage import Store, space_of_job
+from tuner.verdict import Verdict, crossover_concurrency, verdicts
 
 __all__ = [
     "Point",
@@ -75,53 +76,6 @@ def feasible(
     ):
         bad.append(f"greedy match {lossless_match_rate:.0%} < {min_match_rate:.0%}")
     return (not bad), tuple(bad)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The round-cost rule: speculation pays when its time per committed token (draft +
-    verify + coordination, as the client sees it: mean TPOT) is below the baseline's per-token
-    time at the same concurrency and workload."""
-
-    concurrency: int
-    spec_ms_per_token: float
-    baseline_ms_per_token: float
-
-    @property
-    def pays_off(self) -> bool:
-        return self.spec_ms_per_token < self.baseline_ms_per_token
-
-    @property
-    def margin_pct(self) -> float:
-        """How much faster (+) or slower (-) per token than the baseline, in percent."""
-        return (self.baseline_ms_per_token / self.spec_ms_per_token - 1.0) * 100.0
-
-    def text(self) -> str:
-        word = "pays off" if self.pays_off else "does not pay"
-        return f"{word} by {abs(self.margin_pct):.1f}%"
-
-
-def verdicts(
-    spec_by_conc: dict[int, dict[str, Any]], base_by_conc: dict[int, dict[str, Any]]
-) -> list[Verdict]:
-    out = []
-    for c in sorted(spec_by_conc):
-        s_ms = spec_by_conc[c].get("mean_tpot_ms")
-        b_ms = base_by_conc.get(c, {}).get("mean_tpot_ms")
-        if s_ms and b_ms:
-            out.append(Verdict(c, float(s_ms), float(b_ms)))
-    return out
-
-
-def crossover_concurrency(vs: list[Verdict]) -> int | None:
-    """Lowest measured concurrency from which speculation no longer pays at any higher level
-    measured; None when it pays at every level (or nothing was compared)."""
-    cross = None
-    for v in reversed(vs):
-        if v.pays_off:
-            break
-        cross = v.concurrency
-    return cross
 
 
 def pareto_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
@@ -190,10 +144,20 @@ class Report:
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
     pruned: tuple[Point, ...] = ()  # stopped after their objective point: verdicts, no front
 
+    def verdict(self, p: Point) -> Verdict | None:
+        """The round-cost verdict of ``p`` at this report's concurrency (None: the baseline
+        itself, or nothing to compare with)."""
+        return next(
+            (v for v in self.verdicts.get(p.trial_number, []) if v.concurrency == p.concurrency),
+            None,
+        )
+
     def speedup(self, p: Point) -> float | None:
-        if self.baseline is None or not self.baseline.metrics.get("output_tok_per_s"):
-            return None
-        return p.metrics["output_tok_per_s"] / self.baseline.metrics["output_tok_per_s"]
+        """Per-token speedup over the baseline, read from the verdict (1 for the baseline)."""
+        if self.baseline is not None and p.trial_number == self.baseline.trial_number:
+            return 1.0
+        v = self.verdict(p)
+        return None if v is None else v.speedup
 
 
 def job_report(

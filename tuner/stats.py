@@ -125,6 +125,12 @@ def aggregate(repeats: Sequence[Measurement], *, remeasured: int = 0) -> dict[st
         out[name] = stats[name]["median"]
     for name in ("num_requests", "num_ok", "num_failed", "output_tokens"):
         out[name] = int(sum(r[name] for r in runs))
+    for name in ("stream_chunks", "empty_text_chunks"):
+        out[name] = int(sum(r.get(name) or 0 for r in runs))
+    out["tokens_per_chunk"] = (
+        round(out["output_tokens"] / out["stream_chunks"], 3) if out["stream_chunks"] else None
+    )
+    out["multi_token_chunks"] = any(r.get("multi_token_chunks") for r in runs)
     out["errors"] = sorted({e for r in runs for e in r.get("errors", [])})[:5]
     if runs[0].get("per_position_acceptance"):
         k = len(runs[0]["per_position_acceptance"])

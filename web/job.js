@@ -82,15 +82,21 @@ function verdictTable(jobId, rep) {
     const cells = levels.map((c) => {
       const v = byC[c];
       if (!v) return h("td", { text: "–", "data-concurrency": c });
-      const word = v.pays_off ? "pays off" : "does not pay";
-      return h("td", { class: v.pays_off ? "pays" : "no-pay", "data-concurrency": c, "data-pays": v.pays_off,
-        text: `${v.spec_ms_per_token.toFixed(2)} ms/tok, ${word} by ${Math.abs(v.margin_pct).toFixed(1)}%` });
+      // The one verdict (tuner/verdict.py): the speedup's 95% interval above 1, below 1, or holding 1.
+      const pct = Math.abs(v.margin_pct).toFixed(1);
+      const word = v.state === "pays" ? `pays off by ${pct}%`
+        : v.state === "does not pay" ? `does not pay by ${pct}%`
+        : `tied within noise (${v.margin_pct >= 0 ? "+" : "-"}${pct}%)`;
+      const cls = { "pays": "pays", "does not pay": "no-pay", "tied": "tied" }[v.state];
+      return h("td", { class: cls, "data-concurrency": c, "data-pays": v.pays_off, "data-state": v.state,
+        title: `speedup ${v.speedup.toFixed(2)}× [${v.speedup_ci95_low.toFixed(2)}–${v.speedup_ci95_high.toFixed(2)}]`,
+        text: `${v.spec_ms_per_token.toFixed(2)} ms/tok, ${word}` });
     });
-    const first = r.verdicts[0];
     const cross = r.crossover_concurrency;
     const where = !r.verdicts.length ? "–"
-      : cross === null ? "pays at every level measured"
-      : cross === first.concurrency ? `does not pay from concurrency ${cross} (the lowest measured)`
+      : !r.verdicts.some((v) => v.pays_off) ? "never pays"
+      : cross === null ? (r.verdicts.every((v) => v.pays_off) ? "pays at every level measured"
+        : "pays at the highest level measured")
       : `stops paying at concurrency ${cross}`;
     return h("tr", { "data-trial": r.trial_number },
       h("td", {}, h("a", { href: `#/jobs/${jobId}/trials/${r.trial_number}`, text: `${r.trial_number}` })),

@@ -415,10 +415,14 @@ def test_pareto_round_cost_verdicts(done):
         assert r["method"] in ("ngram", "draft_model") and r["params"]["method"] == r["method"]
         assert [v["concurrency"] for v in r["verdicts"]] == rep["levels"]
         for v in r["verdicts"]:
-            assert v["pays_off"] == (v["spec_ms_per_token"] < v["baseline_ms_per_token"])
-            want = (v["baseline_ms_per_token"] / v["spec_ms_per_token"] - 1) * 100
-            assert v["margin_pct"] == pytest.approx(want)
-            assert (v["margin_pct"] > 0) == v["pays_off"]
+            # One verdict: the speedup's 95% interval above 1 pays, below 1 does not, else tied.
+            speedup = v["baseline_ms_per_token"] / v["spec_ms_per_token"]
+            assert v["speedup"] == pytest.approx(speedup)
+            assert v["margin_pct"] == pytest.approx((speedup - 1) * 100)
+            lo, hi = v["speedup_ci95_low"], v["speedup_ci95_high"]
+            assert lo <= speedup <= hi
+            want = "pays" if lo > 1 else "does not pay" if hi < 1 else "tied"
+            assert v["state"] == want and v["pays_off"] == (want == "pays")
             assert v["concurrency"] in base
         # the crossover is the first level from which it never pays again
         tail = [

@@ -15,10 +15,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.conftest import REPO, TINY, vllm_available
+from tuner import cli
+from tuner.api import create_app
+from tuner.api.settings import ServiceSettings
+from tuner.client import wait_until_up
 from tuner.engines import EngineConfig, VLLMServer, free_port
 from tuner.loadgen import measure
+from tuner.storage import Store
+from tuner.worker import Worker
 from tuner.workloads import builtin_path, read_jsonl
 
 pytestmark = [
@@ -125,8 +132,6 @@ seed: 0
 
 
 def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
-    from tuner.client import wait_until_up
-
     if not wait_until_up(url + "/health", timeout_s=timeout, alive=lambda: proc.poll() is None):
         assert proc.poll() is None, "exported command exited"
         pytest.fail("exported command never became ready")
@@ -134,8 +139,6 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float = 300) -> None
 
 def test_cli_run_and_exported_command_starts_vllm(tmp_path, capsys):
     # Imported here, as in the API test below: the measuring tests need only the engines.
-    from tuner import cli
-
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     db = f"sqlite:///{tmp_path / 'db.sqlite'}"
@@ -197,12 +200,6 @@ def test_cli_run_and_exported_command_starts_vllm(tmp_path, capsys):
 
 def test_api_job_end_to_end_on_real_engine(tmp_path):
     """Submit through the REST API, let a worker run it on real vLLM, read Pareto + export."""
-    from fastapi.testclient import TestClient
-
-    from tuner.api import create_app
-    from tuner.api.settings import ServiceSettings
-    from tuner.worker import Worker
-
     url = f"sqlite:///{tmp_path / 'api.db'}"
     settings = ServiceSettings(database_url=url, work_dir=tmp_path / "work")
     with TestClient(create_app(settings, run_worker=False)) as c:
@@ -210,7 +207,7 @@ def test_api_job_end_to_end_on_real_engine(tmp_path):
         r = c.post("/api/jobs", json={"search_space_yaml": text, "trials": 2})
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
-        assert Worker(url, work_dir=tmp_path / "work").run_once() == job_id
+        assert Worker(Store(url), work_dir=tmp_path / "work").run_once() == job_id
         job = c.get(f"/api/jobs/{job_id}").json()
         assert job["state"] == "succeeded", job
         pareto = c.get(f"/api/jobs/{job_id}/pareto").json()

@@ -68,6 +68,33 @@ def test_baseline_counts_tokens_and_has_no_acceptance(tmp_path):
     assert m.p50_ttft_ms <= m.p99_ttft_ms
 
 
+def test_chunked_streams_are_timed_per_chunk_and_flagged(tmp_path):
+    """Chunks that carry several tokens, and chunks whose text is empty, are timed as vLLM's
+    benchmark times them: TTFT at the first chunk with a choice, end at the last one."""
+    step_ms = 20.0
+    with _fake(tmp_path, None, "--fake-token-ms", str(step_ms)) as srv:
+        plain = _measure(srv, concurrency=1, num_requests=2, warmup_requests=0)
+    assert not plain.multi_token_chunks and plain.tokens_per_chunk == 1.0
+    assert plain.empty_text_chunks == 0 and plain.stream_chunks == 28
+    # Five empty-text chunks open every answer: the first token still arrives after one step.
+    with _fake(
+        tmp_path, None, "--fake-token-ms", str(step_ms), "--fake-empty-text-chunks", "5"
+    ) as srv:
+        empty = _measure(srv, concurrency=1, num_requests=2, warmup_requests=0)
+    assert empty.empty_text_chunks == 10 and not empty.multi_token_chunks
+    assert empty.mean_ttft_ms < 3 * step_ms  # not at the sixth chunk (the first with text)
+    assert empty.mean_tpot_ms == pytest.approx(plain.mean_tpot_ms, rel=0.25)
+    # Four tokens a chunk: flagged; TPOT spreads each request's time over all its tokens.
+    with _fake(
+        tmp_path, None, "--fake-token-ms", str(step_ms), "--fake-tokens-per-chunk", "4"
+    ) as srv:
+        batched = _measure(srv, concurrency=1, num_requests=2, warmup_requests=0)
+    assert batched.multi_token_chunks and batched.tokens_per_chunk == pytest.approx(4.0)
+    assert batched.output_tokens == 28 and batched.stream_chunks == 7
+    assert batched.mean_tpot_ms == pytest.approx(plain.mean_tpot_ms / 4, rel=0.5)
+    assert batched.mean_itl_ms == pytest.approx(step_ms, rel=0.5)  # per chunk, as vLLM's
+
+
 def test_speculative_acceptance_from_counter_deltas(tmp_path):
     spec = {"method": "ngram", "num_speculative_tokens": 3}
     with _fake(tmp_path, spec, "--fake-acceptance", "1.0") as srv:

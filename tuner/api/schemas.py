@@ -158,7 +158,13 @@ class ParetoPoint(_Frozen):
     on_front: bool
     is_baseline: bool
     is_winner: bool
-    speedup: float | None = Field(description="tok/s over the baseline at this concurrency")
+    speedup: float | None = Field(
+        description="per-token speedup over the baseline at this concurrency (baseline mean "
+        "TPOT / this one's), from the round-cost verdict; 1 for the baseline"
+    )
+    verdict: Literal["pays", "does not pay", "tied"] | None = Field(
+        None, description="the round-cost verdict at this concurrency (null: the baseline)"
+    )
     output_tok_per_s_ci95_low: float | None = Field(
         None, description="95% interval of the mean over the repeats (null: one run)"
     )
@@ -173,6 +179,11 @@ class ParetoPoint(_Frozen):
         None, description="what the search measured before confirmation (confirmed points)"
     )
     noisy: bool = Field(False, description="repeats disagreed beyond max_relative_mad")
+    multi_token_chunks: bool = Field(
+        False,
+        description="streamed chunks carried several tokens (speculation commits several per "
+        "step): TPOT spreads each request's time over its tokens; ITL is per chunk",
+    )
     relative_mad: float | None = None
     lossless_match_rate: float | None = Field(
         None, description="share (0..1) of the baseline's greedy tokens reproduced"
@@ -188,8 +199,15 @@ class RoundCostVerdict(_Frozen):
     concurrency: int
     spec_ms_per_token: float
     baseline_ms_per_token: float
-    pays_off: bool
+    pays_off: bool = Field(description="state == 'pays'")
     margin_pct: float = Field(description="how much faster (+) or slower (-) per token")
+    state: Literal["pays", "does not pay", "tied"] = Field(
+        description="pays / does not pay: the 95% interval of the speedup is above / below 1; "
+        "tied: it holds 1"
+    )
+    speedup: float = Field(description="baseline ms per token / this configuration's")
+    speedup_ci95_low: float
+    speedup_ci95_high: float
 
 
 class RoundCostTrial(_Frozen):
@@ -198,8 +216,8 @@ class RoundCostTrial(_Frozen):
     params: dict[str, Any]
     verdicts: list[RoundCostVerdict] = Field(description="one per measured concurrency")
     crossover_concurrency: int | None = Field(
-        description="lowest level from which it no longer pays at any higher level measured; "
-        "null when it pays at every level (or nothing was compared)"
+        description="lowest level from which it pays at no higher level measured; null when "
+        "it pays at the highest level (or nothing was compared)"
     )
 
 

@@ -72,8 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_report(store: Store, job_id: int, rep: Report) -> None:
-    imp, n_imp = param_importances(store, job_id)
-    print(report_text(rep, explain(rep, imp, n_imp)))
+    print(report_text(rep, explain(rep, param_importances(store, job_id))))
     for other in rep.other_targets:
         orep = job_report(
             store,

@@ -11,7 +11,7 @@ from tuner.explain import explain
 from tuner.export import depth_schedule, export_point
 from tuner.job import TrialEvent
 from tuner.methods import params_text
-from tuner.pareto import Point, Report
+from tuner.pareto import Report
 from tuner.storage import TrialRecord
 
 __all__ = ["Progress", "fmt", "other_target_text", "report_text", "table", "trials_table"]
@@ -110,7 +110,7 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         "p99 TTFT ms",
         "accept",
         "mean acc len",
-        "speedup",
+        "per-token speedup",
         "greedy match",
         "KV tokens",
         "feasible",
@@ -121,7 +121,11 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         shown.append(rep.baseline)
     for p in shown:
         m = p.metrics
-        sp = rep.speedup(p)
+        v = rep.verdict(p)
+        if v is not None:
+            sp_cell = f"{v.speedup:.2f}x {v.state}"
+        else:
+            sp_cell = "1.00x ref" if p is rep.baseline else "-"
         rows.append(
             [
                 str(p.trial_number)
@@ -129,11 +133,11 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
                 + ("c" if m.get("confirmed") else ""),
                 params_text(p.params) + f" seqs={p.params['max_num_seqs']}",
                 _ci(m, "output_tok_per_s", ".1f"),
-                _ci(m, "p99_tpot_ms", ".2f"),
+                _ci(m, "p99_tpot_ms", ".2f") + ("~" if m.get("multi_token_chunks") else ""),
                 fmt(m.get("p99_ttft_ms"), ".1f"),
                 "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
                 fmt(m.get("mean_acceptance_length"), ".2f"),
-                "-" if sp is None else f"{sp:.2f}x",
+                sp_cell,
                 "ref"
                 if p.method == "none"
                 else ("-" if p.lossless_match_rate is None else f"{p.lossless_match_rate:.0%}"),
@@ -143,7 +147,6 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         )
     for r in rep.references:
         m = r.metrics or {}
-        sp = rep.speedup(Point(-1, "hosted", {}, {}, m, r.feasible, r.violations)) if m else None
         rows.append(
             [
                 "hosted",
@@ -153,7 +156,7 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
                 fmt(m.get("p99_ttft_ms"), ".1f"),
                 "-",
                 "-",
-                "-" if sp is None else f"{sp:.2f}x",
+                "-",  # another server: no round-cost verdict against this baseline
                 "-",
                 "-",
                 ("yes" if r.feasible else "no: " + "; ".join(r.violations))
@@ -162,7 +165,9 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         )
     lines.append(table(rows, header))
     lines.append(
-        "(* winner; c: confirmed by a second launch; the baseline row is the same target "
+        "(* winner; c: confirmed by a second launch; ~: streamed chunks carried several tokens, "
+        "so TPOT spreads each request's time over its tokens and ITL is per chunk; per-token "
+        "speedup: the round-cost verdict below; the baseline row is the same target "
         "without speculation"
         + (
             "; hosted rows: endpoints measured with the same workload and load generator, "
@@ -204,7 +209,7 @@ def other_target_text(orep: Report, main_target: str) -> str:
             f"\nAnother target in this job: {orep.target}",
             f"(served instead of {main_target} by some methods: compared only with its own "
             "baseline, never with the one above)",
-            report_text(orep, explain(orep, {}, 0)),
+            report_text(orep, explain(orep)),
         ]
     )
 
@@ -231,32 +236,25 @@ def _levels_text(rep: Report) -> str:
     for number, vs in sorted(rep.verdicts.items()):
         p = names.get(number)
         by_c = {v.concurrency: v for v in vs}
-        cells = []
-        for c in levels:
-            v = by_c.get(c)
-            cells.append(
-                "-"
-                if v is None
-                else f"{v.spec_ms_per_token:.2f} ms/tok {'+' if v.pays_off else '-'}"
-                f"{abs(v.margin_pct):.0f}%"
-            )
+        cells = [
+            "-" if (v := by_c.get(c)) is None else f"{v.spec_ms_per_token:.2f} ms/tok {v.short()}"
+            for c in levels
+        ]
         cross = rep.crossover.get(number)
-        first = vs[0].pays_off if vs else False
-        where = (
-            "never pays"
-            if vs and not first and cross == vs[0].concurrency
-            else "-"
-            if cross is None
-            else f"concurrency {cross}"
-        )
+        if not vs:
+            where = "-"
+        elif not any(v.pays_off for v in vs):
+            where = "never pays"
+        else:
+            where = "-" if cross is None else f"concurrency {cross}"
         label = params_text(p.params) if p is not None else f"trial {number}"
         if number in cut:
             label += " (pruned: first level only)"
-            where = "-" if not vs or vs[0].pays_off else f"no pay at c={vs[0].concurrency}"
         rows.append([str(number), label, *cells, where])
     out.append(table(rows, header))
     out.append(
-        "(+N%: pays off by N%, -N%: does not pay by N%"
+        "(+N%/-N%: faster/slower per token than the baseline; pays / no / tied: the 95% "
+        "intervals of both say it is faster / slower / cannot tell"
         + ("; pruned trials stopped after the objective level" if cut else "")
         + ")"
     )

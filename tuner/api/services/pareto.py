@@ -110,6 +110,7 @@ def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int])
         and rep.winner is not None
         and p.trial_number == rep.winner.trial_number,
         speedup=rep.speedup(p),
+        verdict=v.state if (v := rep.verdict(p)) is not None else None,
         output_tok_per_s_ci95_low=tps_lo,
         output_tok_per_s_ci95_high=tps_hi,
         p99_tpot_ms_ci95_low=tpot_lo,
@@ -118,6 +119,7 @@ def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int])
         confirmed=bool(m.get("confirmed")),
         search_output_tok_per_s=search.get("output_tok_per_s") if m.get("confirmed") else None,
         noisy=bool(m.get("noisy")),
+        multi_token_chunks=bool(m.get("multi_token_chunks")),
         relative_mad=m.get("relative_mad"),
         lossless_match_rate=p.lossless_match_rate,
         kv_cache_tokens=p.kv_cache_tokens,
@@ -143,6 +145,10 @@ def _round_cost(
                         baseline_ms_per_token=v.baseline_ms_per_token,
                         pays_off=v.pays_off,
                         margin_pct=v.margin_pct,
+                        state=v.state,
+                        speedup=v.speedup,
+                        speedup_ci95_low=v.speedup_ci95[0],
+                        speedup_ci95_high=v.speedup_ci95[1],
                     )
                     for v in vs
                 ],

@@ -1,0 +1,153 @@
+"""The one definition of "pays": every table, sentence, chart and export reads it from here.
+
+Speculation pays when its time per committed output token (draft + verify + coordination, as
+the client sees it: mean TPOT) is below the baseline's at the same concurrency and workload.
+Both numbers are medians of repeats with a 95% interval; the speedup (baseline ms per token /
+this configuration's) carries the interval those two give. The verdict is:
+
+- ``pays``: the whole speedup interval is above 1;
+- ``does not pay``: the whole interval is below 1;
+- ``tied``: the interval holds 1: the repeats cannot tell the two apart.
+
+A point measured once has no interval: its verdict is the plain comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "DOES_NOT_PAY",
+    "PAYS",
+    "TIED",
+    "Verdict",
+    "VerdictState",
+    "crossover_concurrency",
+    "level_summary",
+    "verdicts",
+]
+
+VerdictState = Literal["pays", "does not pay", "tied"]
+PAYS: VerdictState = "pays"
+DOES_NOT_PAY: VerdictState = "does not pay"
+TIED: VerdictState = "tied"
+
+_METRIC = "mean_tpot_ms"
+
+
+def _interval(m: Mapping[str, Any]) -> tuple[float, float] | None:
+    st = (m.get("stats") or {}).get(_METRIC)
+    if st and st.get("n", 1) >= 2:
+        return float(st["ci95_low"]), float(st["ci95_high"])
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One speculative configuration against the baseline at one concurrency."""
+
+    concurrency: int
+    spec_ms_per_token: float
+    baseline_ms_per_token: float
+    spec_ci95: tuple[float, float] | None = None
+    baseline_ci95: tuple[float, float] | None = None
+
+    @property
+    def speedup(self) -> float:
+        """Baseline ms per token over this configuration's: >1 is faster."""
+        return self.baseline_ms_per_token / self.spec_ms_per_token
+
+    @property
+    def speedup_ci95(self) -> tuple[float, float]:
+        if self.spec_ci95 is None or self.baseline_ci95 is None:
+            return self.speedup, self.speedup
+        (s_lo, s_hi), (b_lo, b_hi) = self.spec_ci95, self.baseline_ci95
+        lo = b_lo / s_hi if s_hi > 0 else math.inf
+        hi = b_hi / s_lo if s_lo > 0 else math.inf
+        return min(lo, self.speedup), max(hi, self.speedup)
+
+    @property
+    def state(self) -> VerdictState:
+        lo, hi = self.speedup_ci95
+        if lo > 1.0:
+            return PAYS
+        if hi < 1.0:
+            return DOES_NOT_PAY
+        return TIED
+
+    @property
+    def pays_off(self) -> bool:
+        return self.state == PAYS
+
+    @property
+    def margin_pct(self) -> float:
+        """How much faster (+) or slower (-) per token than the baseline, in percent."""
+        return (self.speedup - 1.0) * 100.0
+
+    def text(self) -> str:
+        lo, hi = self.speedup_ci95
+        rng = "" if lo == hi else f" (speedup {self.speedup:.2f}x [{lo:.2f}-{hi:.2f}])"
+        if self.state == PAYS:
+            return f"pays off by {abs(self.margin_pct):.1f}%{rng}"
+        if self.state == DOES_NOT_PAY:
+            return f"does not pay by {abs(self.margin_pct):.1f}%{rng}"
+        return f"is tied with the baseline within noise ({self.margin_pct:+.1f}%){rng}"
+
+    def short(self) -> str:
+        """``+20% pays``, ``-14% no``, ``~-3% tied``: one table cell."""
+        word = {PAYS: "pays", DOES_NOT_PAY: "no", TIED: "tied"}[self.state]
+        return f"{self.margin_pct:+.0f}% {word}"
+
+
+def verdicts(
+    spec_by_conc: Mapping[int, Mapping[str, Any]], base_by_conc: Mapping[int, Mapping[str, Any]]
+) -> list[Verdict]:
+    """The verdict at every concurrency both were measured at, lowest first."""
+    out = []
+    for c in sorted(spec_by_conc):
+        s, b = spec_by_conc[c], base_by_conc.get(c, {})
+        s_ms, b_ms = s.get(_METRIC), b.get(_METRIC)
+        if s_ms and b_ms:
+            out.append(Verdict(c, float(s_ms), float(b_ms), _interval(s), _interval(b)))
+    return out
+
+
+def crossover_concurrency(vs: list[Verdict]) -> int | None:
+    """Lowest measured concurrency from which it pays at no higher level measured; None
+    when it pays at the highest level (or nothing was compared). When it pays nowhere, this
+    is the lowest level."""
+    cross = None
+    for v in reversed(vs):
+        if v.state == PAYS:
+            break
+        cross = v.concurrency
+    return cross
+
+
+def level_summary(vs: list[Verdict]) -> str:
+    """One sentence over every level, from the same verdicts as every table."""
+    if not vs:
+        return "No level was compared with the baseline."
+    levels = ", ".join(str(v.concurrency) for v in vs)
+    states = {v.state for v in vs}
+    if states == {PAYS}:
+        return f"It pays at every concurrency measured ({levels})."
+    if PAYS not in states:
+        if states == {DOES_NOT_PAY}:
+            return f"It pays at no concurrency measured ({levels})."
+        return (
+            f"It pays at no concurrency measured ({levels}): "
+            + ", ".join(f"c={v.concurrency} {v.state}" for v in vs)
+            + "."
+        )
+    cross = crossover_concurrency(vs)
+    per = ", ".join(f"c={v.concurrency} {v.state}" for v in vs)
+    if cross is None:
+        return f"It pays at the highest concurrency measured ({per})."
+    return (
+        f"It stops paying from concurrency {cross} ({per}): above that, serve without "
+        "speculation or use a depth schedule."
+    )
