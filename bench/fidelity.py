@@ -1,16 +1,27 @@
 """Fidelity of SpecTune's load generator against ``vllm bench serve``.
 
 Both clients measure the same workload (the built-in prompts, the same output length, greedy,
-``ignore_eos``) at the same concurrency against one running vLLM server, alternating runs so
-drift hits both alike. Prints each run, the medians, their ratios (SpecTune / vllm bench), and
-SpecTune's own client CPU time per streamed token. The last line is one JSON object with
-``tok_per_s_ratio``, ``mean_tpot_ratio`` and ``client_cpu_us_per_token``.
+``ignore_eos``) at the same concurrency against one running vLLM server, back to back in
+alternating order, each from an empty prefix cache. A ratio is taken per pair of adjacent
+runs (SpecTune / vllm bench), so drift of this machine between pairs cancels; the reported
+ratio is the median over pairs, with the lowest and highest pair. Also prints SpecTune's own
+client CPU time per streamed token. The last line is one JSON object with
+``tok_per_s_ratio``, ``mean_tpot_ratio``, ``mean_ttft_ratio`` and
+``client_cpu_us_per_token``.
+
+``--isolate`` moves the engine's whole process tree to the last core and both clients to the
+others (``taskset``), so neither client competes with vLLM's front end for a core: on a
+2-core host without it, tokens reach a starved client in bursts and single runs differ by
+20-40%.
+
+``--busy N`` keeps N cores busy with another process for the whole measurement (a pure
+Python loop, ``while True: pass``), to show the clients agree on a loaded host too.
 
 Starts (and stops) its own server on the tiny pair unless given ``--url``.
 
-    .venv/bin/python bench/fidelity.py [--url URL --model NAME] [--concurrency 4] [--runs 3]
+    .venv/bin/python bench/fidelity.py [--url URL --model NAME] [--concurrency 4] [--runs 5]
 
-Needs pandas for ``vllm bench serve --dataset-name custom`` (pip install pandas).
+``vllm bench serve --dataset-name custom`` needs pandas: `make demo` / `make test` install it.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -128,11 +141,40 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=str(REPO / "models" / "tiny" / "target"))
     ap.add_argument("--workload", default="code_completion")
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--num-prompts", type=int, help="requests per run (default: 24 x concurrency)")
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--busy", type=int, default=0, help="cores to keep busy meanwhile")
+    ap.add_argument("--isolate", action="store_true", help="engine and clients on own cores")
     ap.add_argument("--skip-chat-template", action="store_true", default=True)
     args = ap.parse_args()
+    args.num_prompts = args.num_prompts or 24 * args.concurrency
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(args.busy)
+    ]
+    try:
+        _compare(args)
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+
+
+def _isolate(server: VLLMServer) -> None:
+    """Every thread of the engine's processes on the last core; this process (and the
+    ``vllm bench`` it starts) on the others."""
+    last = os.cpu_count() - 1
+    root = psutil.Process(server.proc.pid)
+    for p in [root, *root.children(recursive=True)]:
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", str(last), str(p.pid)], check=True, capture_output=True
+        )
+    os.sched_setaffinity(0, set(range(last)))
+    print(f"isolated: engine on core {last}, clients on cores 0-{last - 1}", flush=True)
+
+
+def _compare(args: argparse.Namespace) -> None:
 
     prompts = read_jsonl(builtin_path(args.workload))
     work = Path(tempfile.mkdtemp(prefix="spectune-fidelity-"))
@@ -155,6 +197,8 @@ def main() -> None:
         server = VLLMServer(cfg, work / "engine.log", cache_root=work / "cache")
         server.start()
         url = server.base_url
+        if args.isolate:
+            _isolate(server)
         print(f"started vLLM on {url} in {server.startup_s:.0f} s", flush=True)
     try:
         # one unmeasured pass warms the engine for both clients
@@ -186,10 +230,15 @@ def main() -> None:
     def med(rows: list[dict], k: str) -> float:
         return statistics.median(r[k] for r in rows)
 
+    def paired(k: str) -> list[float]:
+        return sorted(a[k] / b[k] for a, b in zip(ours, theirs, strict=True))
+
     res = {
-        "tok_per_s_ratio": med(ours, "output_tok_per_s") / med(theirs, "output_tok_per_s"),
-        "mean_tpot_ratio": med(ours, "mean_tpot_ms") / med(theirs, "mean_tpot_ms"),
-        "mean_ttft_ratio": med(ours, "mean_ttft_ms") / med(theirs, "mean_ttft_ms"),
+        "tok_per_s_ratio": statistics.median(paired("output_tok_per_s")),
+        "mean_tpot_ratio": statistics.median(paired("mean_tpot_ms")),
+        "mean_ttft_ratio": statistics.median(paired("mean_ttft_ms")),
+        "tok_per_s_ratio_range": [paired("output_tok_per_s")[0], paired("output_tok_per_s")[-1]],
+        "mean_tpot_ratio_range": [paired("mean_tpot_ms")[0], paired("mean_tpot_ms")[-1]],
         "client_cpu_us_per_token": med(ours, "client_cpu_us_per_token"),
         "spectune_output_tok_per_s": med(ours, "output_tok_per_s"),
         "vllm_bench_output_tok_per_s": med(theirs, "output_tok_per_s"),
@@ -199,6 +248,8 @@ def main() -> None:
         "num_prompts": args.num_prompts,
         "output_len": args.output_len,
         "runs": args.runs,
+        "busy_cores": args.busy,
+        "isolated": args.isolate,
         "failed": sum(r["failed"] for r in ours + theirs),
     }
     print(
@@ -207,7 +258,13 @@ def main() -> None:
         f"{res['vllm_bench_output_tok_per_s']:.1f} tok/s, TPOT "
         f"{res['vllm_bench_mean_tpot_ms']:.2f} ms"
     )
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}))
+
+    def rnd(v: object) -> object:
+        if isinstance(v, float):
+            return round(v, 4)
+        return [rnd(x) for x in v] if isinstance(v, list) else v
+
+    print(json.dumps({k: rnd(v) for k, v in res.items()}))
 
 
 if __name__ == "__main__":
