@@ -14,6 +14,9 @@ others (``taskset``), so neither client competes with vLLM's front end for a cor
 2-core host without it, tokens reach a starved client in bursts and single runs differ by
 20-40%.
 
+``--noise-floor`` runs ``vllm bench serve`` in both columns: the spread of its ratios is what
+this machine's drift alone gives, the resolution any client comparison here can have.
+
 ``--busy N`` keeps N cores busy with another process for the whole measurement (a pure
 Python loop, ``while True: pass``), to show the clients agree on a loaded host too.
 
@@ -146,6 +149,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--busy", type=int, default=0, help="cores to keep busy meanwhile")
     ap.add_argument("--isolate", action="store_true", help="engine and clients on own cores")
+    ap.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="vllm bench against itself: the ratios this machine gives with no client change",
+    )
     ap.add_argument("--skip-chat-template", action="store_true", default=True)
     args = ap.parse_args()
     args.num_prompts = args.num_prompts or 24 * args.concurrency
@@ -210,7 +218,13 @@ def _compare(args: argparse.Namespace) -> None:
             out = work / f"bench-{i}.json"
             for who in ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours"):
                 asyncio.run(VLLMProbe().reset_prefix_cache(url))
-                if who == "ours":
+                if who == "ours" and args.noise_floor:
+                    # The same client twice: what this machine's run-to-run drift alone gives.
+                    ours.append(
+                        _vllm_bench_run(url, args.model, args.tokenizer, dataset, out, args)
+                        | {"client_cpu_us_per_token": 0.0}
+                    )
+                elif who == "ours":
                     ours.append(_spectune_run(url, args.model, prompts, args))
                 else:
                     theirs.append(
@@ -250,6 +264,7 @@ def _compare(args: argparse.Namespace) -> None:
         "runs": args.runs,
         "busy_cores": args.busy,
         "isolated": args.isolate,
+        "noise_floor": args.noise_floor,
         "failed": sum(r["failed"] for r in ours + theirs),
     }
     print(

@@ -138,7 +138,7 @@ class FakeEngine:
         while produced < max_tokens:
             await asyncio.sleep(self.args.fake_token_ms / 1000.0)
             n = self.step()
-            for _ in range(self.args.fake_tokens_per_chunk - 1):
+            for _ in range(getattr(self.args, "fake_tokens_per_chunk", 1) - 1):
                 n += self.step()
             n = min(n, max_tokens - produced)
             produced += n
@@ -148,7 +148,8 @@ class FakeEngine:
                 assert req.transport is not None
                 req.transport.close()
                 return resp
-            text = "" if chunks <= self.args.fake_empty_text_chunks else " tok" * n
+            empty = getattr(self.args, "fake_empty_text_chunks", 0)  # the SGLang fake has none
+            text = "" if chunks <= empty else " tok" * n
             data = {"choices": [{"index": 0, "text": text}], "usage": None}
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
         usage = {"prompt_tokens": 10, "completion_tokens": produced, "total_tokens": 10 + produced}

@@ -420,6 +420,7 @@ def test_pareto_round_cost_verdicts(done):
             assert v["speedup"] == pytest.approx(speedup)
             assert v["margin_pct"] == pytest.approx((speedup - 1) * 100)
             lo, hi = v["speedup_ci95_low"], v["speedup_ci95_high"]
+            hi = float("inf") if hi is None else hi  # null: unbounded above
             assert lo <= speedup <= hi
             want = "pays" if lo > 1 else "does not pay" if hi < 1 else "tied"
             assert v["state"] == want and v["pays_off"] == (want == "pays")

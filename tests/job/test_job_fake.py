@@ -245,13 +245,14 @@ def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launc
 def test_lossless_guard_flags_configs_whose_greedy_output_drifts(space_dir, db_url, fake_launcher):
     # Noise is not under test here: on a loaded machine the FAKE's tiny runs can look noisy,
     # which would keep the baseline off the front for an unrelated reason.
-    text = (
-        SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=0)
-        .replace("startup_timeout_s: 30}", "startup_timeout_s: 30, extra_args: [--fake-lossy]}")
-        .replace("{confirm_top: 0}", "{confirm_top: 0, max_relative_mad: 10}")
+    text = SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=0).replace(
+        "{confirm_top: 0}", "{confirm_top: 0, max_relative_mad: 10}"
     )
     job_id = create_job(Store(db_url), loads_space(text, base_dir=space_dir))
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    # --fake-lossy on the launcher, not in engine.extra_args: a space may pass only the
+    # engine's allow-listed flags (tests/engines/test_engine_args.py).
+    lossy = [*fake_launcher, "--fake-lossy"]
+    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=lossy)
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
         base, spec = rows[0], [r for r in rows if r.method != "none" and r.state == "complete"]

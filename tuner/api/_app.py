@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tuner.api._errors import validation_error_response
 from tuner.api.routes import exports, health, jobs, pareto, search_spaces, trials
 from tuner.api.settings import ServiceSettings
 from tuner.storage import JobNotFound, SchemaOutOfDate, StorageError, Store, TrialNotFound
@@ -121,6 +123,8 @@ def create_app(
 
     for r in (health, jobs, trials, pareto, exports, search_spaces):
         app.include_router(r.router)
+
+    app.add_exception_handler(RequestValidationError, validation_error_response)
 
     @app.exception_handler(JobNotFound)
     @app.exception_handler(TrialNotFound)

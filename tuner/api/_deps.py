@@ -12,6 +12,7 @@ from tuner.api.settings import ServiceSettings, token_matches
 from tuner.storage import Store
 
 __all__ = [
+    "MAX_OFFSET",
     "Authorized",
     "JobId",
     "ReportQueryDep",
@@ -58,7 +59,10 @@ def require_token(
 
 Authorized = Depends(require_token)
 
-JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="job id")]
+# Ids, trial numbers and paging offsets fit in a signed 32-bit integer: anything larger is a
+# 422 here, never an integer overflow in the database driver.
+MAX_OFFSET = 2**31 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_OFFSET, description="job id")]
 
 _TARGET = (
     "another served checkpoint of the job (an MTP model): its own front against its own "
@@ -69,9 +73,9 @@ _TARGET = (
 def report_query(
     workload: Annotated[str | None, Query(max_length=100)] = None,
     concurrency: Annotated[int | None, Query(ge=1, le=4096)] = None,
-    slo_p99_tpot_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
-    slo_p99_ttft_ms: Annotated[float | None, Query(gt=0, le=600_000)] = None,
-    slo_p99_e2e_ms: Annotated[float | None, Query(gt=0, le=3_600_000)] = None,
+    slo_p99_tpot_ms: Annotated[float | None, Query(gt=0, le=600_000, allow_inf_nan=False)] = None,
+    slo_p99_ttft_ms: Annotated[float | None, Query(gt=0, le=600_000, allow_inf_nan=False)] = None,
+    slo_p99_e2e_ms: Annotated[float | None, Query(gt=0, le=3_600_000, allow_inf_nan=False)] = None,
     target: Annotated[str | None, Query(max_length=4096, description=_TARGET)] = None,
 ) -> ReportQuery:
     """SLO limits given here replace the job's for this answer only; nothing is re-run."""

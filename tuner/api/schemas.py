@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuner.engines import EXPORT_FORMAT_NAMES
-from tuner.space import SLO
+from tuner.space import SLO, shape_problem
 
 __all__ = [
     "CurrentTrial",
@@ -48,6 +48,9 @@ class _Frozen(BaseModel):
 class JobCreate(_Frozen):
     """Exactly one of ``preset``, ``search_space`` or ``search_space_yaml``."""
 
+    # A request refuses NaN and infinities (answers may carry them: a metric with no value).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     preset: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
@@ -60,6 +63,14 @@ class JobCreate(_Frozen):
     idempotency_key: str | None = Field(
         None, min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$"
     )
+
+    @field_validator("search_space")
+    @classmethod
+    def _shape(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Before anything walks it recursively (the request digest, the YAML kept with the job).
+        if v is not None and (why := shape_problem(v)) is not None:
+            raise ValueError(why)
+        return v
 
     @model_validator(mode="after")
     def _one_source(self) -> JobCreate:
@@ -207,7 +218,9 @@ class RoundCostVerdict(_Frozen):
     )
     speedup: float = Field(description="baseline ms per token / this configuration's")
     speedup_ci95_low: float
-    speedup_ci95_high: float
+    speedup_ci95_high: float | None = Field(
+        description="null: unbounded (this point's interval of time per token reaches 0)"
+    )
 
 
 class RoundCostTrial(_Frozen):

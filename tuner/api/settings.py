@@ -4,6 +4,13 @@ Unsafe combinations are refused at start-up rather than served: a server with no
 address other than loopback needs ``allow_unauthenticated_remote`` said out loud, and tokens
 are only ever configured as SHA-256 digests (a plaintext token in the environment would leak
 through ``ps``, crash reports and the like).
+
+A job submitted through the API runs with the service's environment, so its ``hosted:``
+references may only name the key variables in ``hosted_api_key_envs`` and the hosts in
+``hosted_hosts`` (both empty by default: no hosted reference through the API). Otherwise a
+submitter could have the worker send any variable's value, as a bearer token, to a host of
+their choosing. The CLI runs the user's own file with the user's own environment and is not
+restricted.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -24,6 +32,14 @@ __all__ = ["REPO_DIR", "ServiceSettings", "hash_token", "token_matches"]
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+# What a hosted base_url must look like to be checked at all: scheme, host, optional port and
+# a plain path. No user info, query, fragment, backslash or space, which URL parsers disagree
+# on (the host one parser sees is not always the host another connects to).
+_PLAIN_URL = re.compile(
+    r"^https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%/-]*)?$"
+)
 
 
 def hash_token(token: str) -> str:
@@ -38,6 +54,12 @@ def token_matches(token: str, digests: tuple[str, ...]) -> bool:
     for d in digests:
         ok |= hmac.compare_digest(presented, d)
     return ok
+
+
+def _split_list(v: Any) -> Any:
+    if isinstance(v, str):
+        return tuple(x.strip() for x in v.split(",") if x.strip())
+    return v
 
 
 def _is_loopback(host: str) -> bool:
@@ -71,13 +93,37 @@ class ServiceSettings(BaseSettings):
     worker_poll_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     worker_heartbeat_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     worker_stale_after_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    hosted_api_key_envs: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Environment variables a submitted job's hosted.N.api_key_env may name, "
+        "comma-separated. Empty: none.",
+    )
+    hosted_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Hosts a submitted job's hosted.N.base_url may point at, comma-separated; "
+        "host (any port) or host:port. Empty: no hosted reference through the API.",
+    )
 
-    @field_validator("api_token_sha256", mode="before")
+    @field_validator("api_token_sha256", "hosted_api_key_envs", "hosted_hosts", mode="before")
     @classmethod
     def _split(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return tuple(x.strip() for x in v.split(",") if x.strip())
+        return _split_list(v)
+
+    @field_validator("hosted_api_key_envs")
+    @classmethod
+    def _env_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
         return v
+
+    @field_validator("hosted_hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for host in v:
+            if not _HOST.fullmatch(host):
+                raise ValueError(f"{host!r}: give a host or host:port, no scheme or path")
+        return tuple(h.lower() for h in v)
 
     @field_validator("api_token_sha256")
     @classmethod
@@ -106,3 +152,18 @@ class ServiceSettings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return bool(self.api_token_sha256)
+
+    def hosted_url_allowed(self, url: str) -> bool:
+        """Whether a submitted job may measure ``url``: a plain URL on a configured host."""
+        if not _PLAIN_URL.fullmatch(url):
+            return False
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if not host:
+            return False
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:  # a port over 65535
+            return False
+        shown = f"[{host}]" if ":" in host else host
+        return shown in self.hosted_hosts or f"{shown}:{port}" in self.hosted_hosts

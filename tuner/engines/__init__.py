@@ -4,6 +4,7 @@ knows an engine's flags, endpoints, metric names and log lines.
 May import from ``tuner``: ``tuner.metrics``, ``tuner.workloads``, ``tuner.stats`` only.
 """
 
+from tuner.engines._args import DTYPES, SERVED_NAME_PATTERN, served_name_problem
 from tuner.engines._base import (
     FAIL_REASONS,
     EngineConfig,
@@ -20,9 +21,17 @@ from tuner.engines._exports import (
 from tuner.engines._hosted import HostedServer
 from tuner.engines._probe import EngineProbe, HostedProbe, fetch_metrics_text
 from tuner.engines._process import ServerProcess, classify_failure, free_port
-from tuner.engines._registry import ENGINE_KINDS, ENGINES, METHOD_SPELLINGS, server_class
+from tuner.engines._registry import (
+    ENGINE_KINDS,
+    ENGINES,
+    METHOD_SPELLINGS,
+    dtype_problem,
+    extra_args_problems,
+    server_class,
+)
 from tuner.engines._sglang import (
     SGLANG_ALGORITHMS,
+    SGLANG_EXTRA_FLAGS,
     SGLangServer,
     sglang_argv,
     sglang_cli,
@@ -31,6 +40,7 @@ from tuner.engines._sglang import (
 from tuner.engines._sglang_probe import SGLangProbe, parse_sglang_spec_gauges, sglang_spec_stats
 from tuner.engines._trtllm import TRTLLM_DECODING, trtllm_yaml
 from tuner.engines._vllm import (
+    VLLM_EXTRA_FLAGS,
     VLLM_METHODS,
     VLLMServer,
     build_argv,
@@ -46,6 +56,7 @@ from tuner.engines._vllm_probe import (
 )
 
 __all__ = [
+    "DTYPES",
     "ENGINES",
     "ENGINE_KINDS",
     "EXPORT_FORMATS",
@@ -53,7 +64,10 @@ __all__ = [
     "FAIL_REASONS",
     "METHOD_SPELLINGS",
     "SGLANG_ALGORITHMS",
+    "SGLANG_EXTRA_FLAGS",
+    "SERVED_NAME_PATTERN",
     "TRTLLM_DECODING",
+    "VLLM_EXTRA_FLAGS",
     "VLLM_METHODS",
     "EngineConfig",
     "EngineLaunchError",
@@ -71,7 +85,9 @@ __all__ = [
     "build_argv",
     "build_env",
     "classify_failure",
+    "dtype_problem",
     "export_cli",
+    "extra_args_problems",
     "fetch_metrics_text",
     "free_port",
     "parse_kv_cache_tokens",
@@ -79,6 +95,7 @@ __all__ = [
     "parse_sglang_spec_gauges",
     "parse_spec_counters",
     "render_export",
+    "served_name_problem",
     "server_class",
     "sglang_argv",
     "sglang_cli",

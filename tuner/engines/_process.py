@@ -20,11 +20,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Self
 
 import psutil
 
+from tuner.engines._args import DTYPES, FlagValue
 from tuner.engines._base import EngineConfig, EngineLaunchError, FailReason
 from tuner.engines._probe import EngineProbe
 
@@ -131,10 +133,13 @@ class _RssSampler(threading.Thread):
 class ServerProcess(abc.ABC):
     """One engine server process for one engine configuration; use as a context manager.
 
-    Subclasses say how to launch it (``_argv``, ``_env``) and which probe reads it."""
+    Subclasses say how to launch it (``_argv``, ``_env``), which probe reads it, and which
+    extra flags and dtypes a job may give it (``extra_flags``, ``dtypes``)."""
 
     kind: ClassVar[str] = "engine"
     probe: ClassVar[EngineProbe] = EngineProbe()
+    extra_flags: ClassVar[Mapping[str, FlagValue]] = {}
+    dtypes: ClassVar[frozenset[str]] = DTYPES
     headers: dict[str, str] | None = None  # a launched server takes no request headers
 
     def __init__(

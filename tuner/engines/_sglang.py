@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from typing import ClassVar
 
+from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig, ExportUnsupported
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import ServerProcess
@@ -20,6 +22,7 @@ from tuner.engines._sglang_probe import SGLangProbe
 
 __all__ = [
     "SGLANG_ALGORITHMS",
+    "SGLANG_EXTRA_FLAGS",
     "SGLangServer",
     "sglang_argv",
     "sglang_cli",
@@ -35,6 +38,22 @@ SGLANG_ALGORITHMS = {
     "eagle": "EAGLE",
     "eagle3": "EAGLE3",
     "mtp": "NEXTN",
+}
+
+# The flags a job's ``engine.extra_args`` may pass to SGLang (as VLLM_EXTRA_FLAGS: never
+# host, port, key, model, name, dtype, the searched parameters or the speculative flags).
+SGLANG_EXTRA_FLAGS: Mapping[str, FlagValue] = {
+    "--chunked-prefill-size": "int",
+    "--max-prefill-tokens": "int",
+    "--page-size": "int",
+    "--schedule-policy": frozenset({"lpm", "random", "fcfs", "dfs-weight"}),
+    "--schedule-conservativeness": "number",
+    "--kv-cache-dtype": frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
+    "--random-seed": "int",
+    "--disable-radix-cache": None,
+    "--disable-cuda-graph": None,
+    "--disable-overlap-schedule": None,
+    "--attention-backend": frozenset({"flashinfer", "triton", "torch_native", "fa3"}),
 }
 
 
@@ -88,6 +107,7 @@ class SGLangServer(ServerProcess):
 
     kind: ClassVar[str] = "sglang"
     probe: ClassVar[EngineProbe] = SGLangProbe()
+    extra_flags: ClassVar[Mapping[str, FlagValue]] = SGLANG_EXTRA_FLAGS
 
     def _argv(self, port: int) -> list[str]:
         prefix = self.launcher or [self.python or sys.executable, "-m", _MODULE]

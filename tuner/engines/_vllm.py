@@ -9,15 +9,18 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import ServerProcess
 from tuner.engines._vllm_probe import VLLMProbe
 
 __all__ = [
+    "VLLM_EXTRA_FLAGS",
     "VLLM_METHODS",
     "VLLMServer",
     "build_argv",
@@ -30,6 +33,29 @@ _MODULE = "vllm.entrypoints.openai.api_server"
 
 # vLLM spells each method as SpecTune does (``speculative_config.method``).
 VLLM_METHODS = {m: m for m in ("ngram", "draft_model", "eagle", "eagle3", "mtp")}
+
+# The flags a job's ``engine.extra_args`` may pass to vLLM: scheduling, KV cache and logging
+# knobs. Never what moves or exposes the server (host, port, key, origins, TLS, sockets),
+# what SpecTune sets itself (model, name, dtype, the searched parameters, speculative config)
+# or what runs code from the checkpoint (trust-remote-code).
+VLLM_EXTRA_FLAGS: Mapping[str, FlagValue] = {
+    "--block-size": "int",
+    "--max-num-batched-tokens": "int",
+    "--max-num-partial-prefills": "int",
+    "--long-prefill-token-threshold": "int",
+    "--enable-chunked-prefill": None,
+    "--no-enable-chunked-prefill": None,
+    "--enable-prefix-caching": None,
+    "--no-enable-prefix-caching": None,
+    "--kv-cache-dtype": frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
+    "--seed": "int",
+    "--swap-space": "number",
+    "--cpu-offload-gb": "number",
+    "--scheduling-policy": frozenset({"fcfs", "priority"}),
+    "--disable-log-stats": None,
+    "--disable-cascade-attn": None,
+    "--async-scheduling": None,
+}
 
 
 def _engine_flags(cfg: EngineConfig) -> list[str]:
@@ -127,6 +153,7 @@ class VLLMServer(ServerProcess):
 
     kind: ClassVar[str] = "vllm"
     probe: ClassVar[EngineProbe] = VLLMProbe()
+    extra_flags: ClassVar[Mapping[str, FlagValue]] = VLLM_EXTRA_FLAGS
 
     def _argv(self, port: int) -> list[str]:
         return build_argv(self.cfg, port, python=self.python, launcher=self.launcher)

@@ -5,10 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from tuner.space._load import (
+    MAX_SPACE_BYTES,
+    MAX_SPACE_DEPTH,
+    MAX_SPACE_VALUES,
+    check_shape,
+    read_yaml,
+    shape_problem,
+)
 from tuner.space._methods import (
+    MAX_RANGE,
     METHOD_NAMES,
     DraftModelMethod,
     HeadMethod,
@@ -32,6 +40,10 @@ from tuner.space._space import (
 )
 
 __all__ = [
+    "MAX_RANGE",
+    "MAX_SPACE_BYTES",
+    "MAX_SPACE_DEPTH",
+    "MAX_SPACE_VALUES",
     "METHOD_NAMES",
     "METRIC_DIRECTIONS",
     "SLO",
@@ -50,31 +62,41 @@ __all__ = [
     "SpaceError",
     "StartPoint",
     "WorkloadSpec",
+    "check_shape",
     "load_space",
     "loads_space",
     "parse_space",
+    "read_yaml",
+    "shape_problem",
 ]
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+def _space_error(err: ValidationError, source: str) -> SpaceError:
+    """Every error as a ``  field.path: reason`` line, and as (path, reason) pairs."""
     lines = [f"invalid search space {source}:"]
-    for e in err.errors():
+    pairs = []
+    for e in err.errors(include_input=False, include_url=False):
         loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
+        pairs.append((tuple(e["loc"]), msg))
+    return SpaceError("\n".join(lines), pairs)
 
 
 def parse_space(data: Any, *, base_dir: Path | None = None, source: str = "") -> SearchSpace:
     """Validate a mapping (already parsed YAML/JSON) into a SearchSpace or raise SpaceError."""
     if not isinstance(data, dict):
         raise SpaceError(f"invalid search space {source}: top level must be a mapping")
+    check_shape(data, source)
     if "base_dir" in data:
-        raise SpaceError(f"invalid search space {source}:\n  base_dir: not a user field")
+        raise SpaceError(
+            f"invalid search space {source}:\n  base_dir: not a user field",
+            [(("base_dir",), "not a user field")],
+        )
     try:
         space = SearchSpace.model_validate({**data, "base_dir": base_dir or Path.cwd()})
     except ValidationError as e:
-        raise SpaceError(_format_errors(e, source)) from None
+        raise _space_error(e, source) from None
     return space
 
 
@@ -89,8 +111,5 @@ def load_space(path: str | Path) -> SearchSpace:
 
 
 def loads_space(text: str, *, base_dir: Path | None = None, source: str = "") -> SearchSpace:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpaceError(f"invalid search space {source}: not valid YAML: {e}") from None
-    return parse_space(data, base_dir=base_dir, source=source)
+    """Parse YAML text (size and nesting limited first) into a SearchSpace or SpaceError."""
+    return parse_space(read_yaml(text, source), base_dir=base_dir, source=source)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -13,6 +14,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "MAX_RANGE",
     "METHOD_NAMES",
     "DraftModelMethod",
     "HeadMethod",
@@ -25,21 +27,36 @@ __all__ = [
 ]
 
 
+Loc = tuple[str | int, ...]
+
+# The largest depth or n-gram size a range may reach: far beyond what pays, small enough that
+# listing every value is cheap.
+MAX_RANGE = 64
+
+
 class SpaceError(ValueError):
-    """A search space that cannot be used; the message names each bad field and why."""
+    """A search space that cannot be used; the message names each bad field and why.
+
+    ``errors`` holds the same as (field path, reason) pairs, the path as pydantic gives it
+    (keys as written, list indices as ints); empty for a one-line refusal of the whole file."""
+
+    def __init__(self, message: str, errors: Sequence[tuple[Loc, str]] = ()) -> None:
+        super().__init__(message)
+        self.errors: tuple[tuple[Loc, str], ...] = tuple(errors)
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are refused (a typo is an error, not a silent default)."""
+    """Unknown keys are refused (a typo is an error, not a silent default), and so are NaN
+    and infinities (no limit or comparison means anything with them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class IntRange(StrictModel):
     """Inclusive integer range ``{min: 1, max: 4}``."""
 
-    min: Annotated[int, Field(ge=1)]
-    max: Annotated[int, Field(ge=1)]
+    min: Annotated[int, Field(ge=1, le=MAX_RANGE)]
+    max: Annotated[int, Field(ge=1, le=MAX_RANGE)]
 
     @model_validator(mode="after")
     def _ordered(self) -> IntRange:
@@ -119,10 +136,10 @@ class StartPoint(StrictModel):
     """A known-good candidate measured right after the baseline (before the sampler guesses)."""
 
     method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
-    num_speculative_tokens: Annotated[int, Field(ge=1)]
-    prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None
-    prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_RANGE)]
+    prompt_lookup_min: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
+    prompt_lookup_max: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     draft: str | None = None
     head: str | None = Field(None, description="eagle/eagle3: one of the method's heads")
-    max_num_seqs: int | None = None
-    memory_fraction: float | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
+    memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None

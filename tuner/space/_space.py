@@ -1,5 +1,6 @@
-"""The rest of a search space: engine, hosted references, workloads, measurement protocol,
-SLO, objectives, and the ``SearchSpace`` that holds them.
+"""The rest of a search space: workloads, measurement protocol, SLO, objectives, and the
+``SearchSpace`` that holds them with the engine (``_engine``) and the candidates
+(``_methods``).
 
 Why pydantic: every field is validated with its path, so a bad file is refused before any
 engine time is spent, with a message like ``methods.ngram.prompt_lookup_max: ...``.
@@ -18,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from tuner.engines import ENGINE_KINDS
+from tuner.space._engine import EngineSpec, HostedEndpoint
 from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
 
 __all__ = [
@@ -32,9 +33,6 @@ __all__ = [
     "SearchSpace",
     "WorkloadSpec",
 ]
-
-# Engines that launch (tuner.engines' registry) and the replay of a recorded surface.
-EngineKind = Literal[(*ENGINE_KINDS, "replay")]  # type: ignore[valid-type]
 
 # Metrics an objective may name, with the direction that is "better".
 METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
@@ -52,74 +50,6 @@ METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "p99_e2e_ms": "minimize",
     "p99_itl_ms": "minimize",
 }
-
-
-class EngineSpec(StrictModel):
-    """How to launch the engine; per preset, because what pays differs by hardware."""
-
-    kind: EngineKind = Field(
-        "vllm",
-        description="sglang launches python -m sglang.launch_server (CUDA only); replay "
-        "answers trials from a recorded surface file: for benchmarking the search only, never "
-        "a measurement of this job.",
-    )
-    surface: str | None = Field(None, description="kind replay: the surface file to answer from")
-    model: str
-    served_model_name: str = "target"
-    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 512
-    enforce_eager: bool = Field(
-        False,
-        description="On CPU it cuts start-up ~75 s -> ~27 s at equal latency; on a GPU it "
-        "disables CUDA graphs, so leave it off there.",
-    )
-    dtype: str | None = None
-    cpu_kvcache_gib: Annotated[int, Field(ge=1, le=1024)] | None = Field(
-        None,
-        description="CPU only: exact KV-cache size (VLLM_CPU_KVCACHE_SPACE); overrides "
-        "memory_fraction.",
-    )
-    device: Literal["cpu", "cuda"] = "cpu"
-    startup_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 300.0
-    extra_args: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _surface_for_replay(self) -> EngineSpec:
-        if self.kind == "replay" and not self.surface:
-            raise ValueError("kind replay needs surface: the recorded surface file")
-        if self.kind != "replay" and self.surface is not None:
-            raise ValueError("surface applies only to kind: replay")
-        return self
-
-
-class HostedEndpoint(StrictModel):
-    """An OpenAI-compatible endpoint you do not launch (a provider, another team's server),
-    measured with the same workload and load generator as a reference row beside the trials.
-    It is never the winner: there is nothing of it to export."""
-
-    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w.-]+$")]
-    base_url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] = Field(
-        description="server root, as in http://host:8000 (a trailing /v1 is accepted)"
-    )
-    model: Annotated[str, Field(min_length=1, max_length=500)]
-    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
-        None,
-        description="Name of the environment variable holding the key, read when the job "
-        "runs; the key itself is never stored.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literal_key(cls, data: Any) -> Any:
-        if isinstance(data, dict) and ("api_key" in data or "key" in data):
-            raise ValueError(
-                "api_key: keys are never stored; put it in an environment variable and give "
-                "its name in api_key_env"
-            )
-        return data
-
-    @property
-    def root(self) -> str:
-        return self.base_url.rstrip("/").removesuffix("/v1")
 
 
 class WorkloadSpec(StrictModel):
@@ -230,7 +160,7 @@ class SearchSpace(StrictModel):
         1,
         4,
     ]
-    objective_concurrency: Annotated[int, Field(ge=1)] | None = Field(
+    objective_concurrency: Annotated[int, Field(ge=1, le=4096)] | None = Field(
         None, description="Level whose numbers Optuna optimises; default: the highest level."
     )
     workload: WorkloadSpec = WorkloadSpec()
@@ -254,7 +184,9 @@ class SearchSpace(StrictModel):
         "target, engine and hardware (after the baseline and start_with).",
     )
     trials: Annotated[int, Field(ge=1, le=10_000)] = 8
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
+        0, description="Optuna's sampler seed (0 to 2**32-1)"
+    )
     base_dir: Path = Field(default=Path("."), exclude=True)
 
     @field_validator("concurrency", "max_num_seqs", "memory_fraction")

@@ -7,16 +7,19 @@ own ``alembic_version``; ours is ``spectune_alembic_version`` so neither steps o
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import create_engine, event, inspect
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -25,6 +28,7 @@ __all__ = [
     "StorageError",
     "VERSION_TABLE",
     "current_revision",
+    "database_problem",
     "database_url",
     "ensure_schema",
     "get_engine",
@@ -36,6 +40,8 @@ __all__ = [
 DEFAULT_DATABASE_URL = "sqlite:///spectune.db"
 VERSION_TABLE = "spectune_alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# The tables a SpecTune database has at every revision.
+SPECTUNE_TABLES = frozenset({"spectune_jobs", "spectune_trials", "spectune_measurements"})
 
 
 class StorageError(RuntimeError):
@@ -122,7 +128,7 @@ def ensure_schema(url: str) -> None:
     rev = current_revision(url)
     if rev is None:
         tables = set(inspect(get_engine(url)).get_table_names())
-        if tables & {"spectune_jobs", "spectune_trials", "spectune_measurements"}:
+        if tables & SPECTUNE_TABLES:
             raise SchemaOutOfDate(
                 f"database {url} has SpecTune tables but no {VERSION_TABLE}; it was not made "
                 "by this version of SpecTune"
@@ -135,3 +141,48 @@ def ensure_schema(url: str) -> None:
             f"database schema is at revision {rev}, this SpecTune needs {head}. "
             f"Run: spectune db upgrade --db {url}"
         )
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL (None for another backend or an in-memory database)."""
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        return None
+    db = u.database
+    if u.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return db
+
+
+def _fresh_readonly(path: str) -> Engine:
+    """A connection to the file as it is on disk now, never creating it: a pooled connection
+    keeps answering from a file deleted under it."""
+    uri = f"file:{quote(path)}?mode=ro"
+    return create_engine(
+        "sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, timeout=5), poolclass=NullPool
+    )
+
+
+def database_problem(url: str) -> str | None:
+    """Why the database cannot serve this SpecTune right now (gone, unreachable, no schema, an
+    older schema), or None. For ``/readyz``: it reads, never writes or creates."""
+    path = _sqlite_file(url)
+    if path is not None and not Path(path).is_file():
+        return f"database file {Path(path).name} is missing"
+    engine = _fresh_readonly(path) if path is not None else get_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+            if VERSION_TABLE not in tables or not SPECTUNE_TABLES <= tables:
+                return "database schema is missing (not a SpecTune database)"
+            rev = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    except SQLAlchemyError as e:
+        return f"database: {type(e).__name__}"
+    finally:
+        if path is not None:
+            engine.dispose()
+    head = head_revision()
+    if rev != head:
+        return f"database schema at {rev}, need {head}"
+    return None

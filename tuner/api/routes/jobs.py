@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from tuner.api._deps import Authorized, JobId, SettingsDep, StoreDep
+from tuner.api._deps import MAX_OFFSET, Authorized, JobId, SettingsDep, StoreDep
 from tuner.api.schemas import JobCreate, JobList, JobPublic, JobState
 from tuner.api.services import jobs
 
@@ -38,7 +38,7 @@ def submit_job(
 @router.get("")
 def list_jobs(
     store: StoreDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     state: JobState | None = None,
 ) -> JobList:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from tuner.api._deps import Authorized, JobId, SettingsDep, StoreDep
+from tuner.api._deps import MAX_OFFSET, Authorized, JobId, SettingsDep, StoreDep
 from tuner.api.schemas import TrialDetail, TrialPage
 from tuner.api.services import trials
 
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/jobs/{job_id}/trials", tags=["trials"], dependen
 def list_trials(
     job_id: JobId,
     store: StoreDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TrialPage:
     """In trial order; failed trials carry their reason and the engine log tail."""
@@ -26,6 +26,9 @@ def list_trials(
 
 @router.get("/{number}")
 def get_trial(
-    job_id: JobId, number: Annotated[int, Path(ge=0)], store: StoreDep, settings: SettingsDep
+    job_id: JobId,
+    number: Annotated[int, Path(ge=0, le=MAX_OFFSET)],
+    store: StoreDep,
+    settings: SettingsDep,
 ) -> TrialDetail:
     return trials.trial_detail(store, job_id, number, settings.work_dir)

@@ -3,6 +3,7 @@ of every speculative trial, and why the winner won."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +149,7 @@ def _round_cost(
                         state=v.state,
                         speedup=v.speedup,
                         speedup_ci95_low=v.speedup_ci95[0],
-                        speedup_ci95_high=v.speedup_ci95[1],
+                        speedup_ci95_high=hi if math.isfinite(hi := v.speedup_ci95[1]) else None,
                     )
                     for v in vs
                 ],

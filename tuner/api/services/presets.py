@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fastapi.exceptions import RequestValidationError
 
 from tuner.api._errors import field_error, space_error
 from tuner.api.schemas import JobCreate, SearchSpacePreset, SpaceValidation
 from tuner.api.settings import ServiceSettings
 from tuner.measure import load_all_prompts
-from tuner.space import SearchSpace, SpaceError, parse_space
+from tuner.space import SearchSpace, SpaceError, parse_space, read_yaml
 from tuner.workloads import WorkloadError
 
 __all__ = ["list_presets", "resolve_space", "validation"]
@@ -22,14 +23,14 @@ def list_presets(folder: Path) -> list[SearchSpacePreset]:
     for path in sorted(folder.glob("*.yaml")):
         text = path.read_text()
         try:
-            space = parse_space(yaml.safe_load(text), base_dir=folder, source=path.name)
+            space = parse_space(read_yaml(text, path.name), base_dir=folder, source=path.name)
             trials, methods, slo, error = (
                 space.trials,
                 space.methods.enabled(),
                 space.slo.limits(),
                 None,
             )
-        except (SpaceError, yaml.YAMLError) as e:
+        except SpaceError as e:
             trials, methods, slo, error = None, [], {}, str(e)
         out.append(
             SearchSpacePreset(
@@ -56,17 +57,47 @@ def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, 
                 f"unknown preset {body.preset!r}; choose from {', '.join(sorted(names))}",
             )
         text = path.read_text()
-        return "preset", yaml.safe_load(text), text
+        try:
+            return "preset", read_yaml(text, path.name), text
+        except SpaceError as e:
+            raise space_error(e, ("body", "preset")) from None
     if body.search_space_yaml is not None:
         try:
-            data = yaml.safe_load(body.search_space_yaml)
-        except yaml.YAMLError as e:
-            raise field_error(
-                ("body", "search_space_yaml"), f"not valid YAML: {e}", "yaml_error"
-            ) from None
+            data = read_yaml(body.search_space_yaml)
+        except SpaceError as e:
+            msg = str(e).removeprefix("invalid search space : ")
+            raise field_error(("body", "search_space_yaml"), msg, "yaml_error") from None
         return "search_space_yaml", data, body.search_space_yaml
     assert body.search_space is not None
     return "search_space", body.search_space, yaml.safe_dump(body.search_space, sort_keys=False)
+
+
+def _check_hosted(settings: ServiceSettings, space: SearchSpace, where: str) -> None:
+    """A submitted job runs with the service's environment: its hosted references may name
+    only the configured key variables and hosts (SPECTUNE_HOSTED_API_KEY_ENVS, _HOSTS)."""
+    errors = []
+    for i, h in enumerate(space.hosted):
+        loc = ("body", where, "hosted", i)
+        if not settings.hosted_url_allowed(h.base_url):
+            errors.append(
+                {
+                    "loc": (*loc, "base_url"),
+                    "msg": "not a host this service may send requests to: give a plain "
+                    "http(s)://host[:port][/path] on a host in SPECTUNE_HOSTED_HOSTS",
+                    "type": "not_allowed",
+                }
+            )
+        if h.api_key_env is not None and h.api_key_env not in settings.hosted_api_key_envs:
+            errors.append(
+                {
+                    "loc": (*loc, "api_key_env"),
+                    "msg": "not a key variable this service may send: name one listed in "
+                    "SPECTUNE_HOSTED_API_KEY_ENVS",
+                    "type": "not_allowed",
+                }
+            )
+    if errors:
+        raise RequestValidationError(errors)
 
 
 def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpace, str]:
@@ -83,6 +114,7 @@ def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpa
         space = parse_space(data, base_dir=settings.search_spaces_dir.resolve(), source=where)
     except SpaceError as e:
         raise space_error(e, ("body", where)) from None
+    _check_hosted(settings, space, where)
     try:
         load_all_prompts(space)  # a workload file that cannot be read is bad input, too
     except WorkloadError as e:
