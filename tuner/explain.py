@@ -149,7 +149,8 @@ def explain(rep: Report, importances: Importances | None = None) -> list[str]:
             lines.append(
                 f"Time per committed token: {v.spec_ms_per_token:.2f} ms against the baseline's "
                 f"{v.baseline_ms_per_token:.2f} ms at concurrency {v.concurrency}: it "
-                f"{v.text()} (draft + verify + coordination, as the client sees it)."
+                f"{v.text()} (end to end per output token: prefill, draft, verify and "
+                "coordination, as the client sees it)."
             )
         lines.append(level_summary(rep.verdicts.get(w.trial_number, [])))
     if importances is not None:

@@ -1,9 +1,13 @@
 """The one definition of "pays": every table, sentence, chart and export reads it from here.
 
-Speculation pays when its time per committed output token (draft + verify + coordination, as
-the client sees it: mean TPOT) is below the baseline's at the same concurrency and workload.
-Both numbers are medians of repeats with a 95% interval; the speedup (baseline ms per token /
-this configuration's) carries the interval those two give. The verdict is:
+Speculation pays when its time per committed output token (prefill, draft, verify and
+coordination, as the client sees it) is below the baseline's at the same concurrency and
+workload. The time is a request's end-to-end time over its output tokens (mean end-to-end /
+tokens per request), not TPOT: when a starved front end delivers tokens in bursts, TTFT
+absorbs decode time and TPOT shrinks, but end-to-end does not move -- and at a fixed
+concurrency it is what the tok/s column measures, so the two cannot disagree. Both numbers
+are medians of repeats with a 95% interval; the speedup (baseline ms per token / this
+configuration's) carries the interval those two give. The verdict is:
 
 - ``pays``: the whole speedup interval is above 1;
 - ``does not pay``: the whole interval is below 1;
@@ -27,6 +31,7 @@ __all__ = [
     "VerdictState",
     "crossover_concurrency",
     "level_summary",
+    "per_token",
     "verdicts",
 ]
 
@@ -35,14 +40,21 @@ PAYS: VerdictState = "pays"
 DOES_NOT_PAY: VerdictState = "does not pay"
 TIED: VerdictState = "tied"
 
-_METRIC = "mean_tpot_ms"
+_METRIC = "mean_e2e_ms"
 
 
-def _interval(m: Mapping[str, Any]) -> tuple[float, float] | None:
+def per_token(m: Mapping[str, Any]) -> tuple[float, tuple[float, float] | None] | None:
+    """(mean end-to-end ms per output token, its 95% interval) of a stored point; None when
+    it lacks the numbers (no request finished)."""
+    e2e, tokens, ok = m.get(_METRIC), m.get("output_tokens"), m.get("num_ok")
+    if not e2e or not tokens or not ok:
+        return None
+    per_request = tokens / ok
     st = (m.get("stats") or {}).get(_METRIC)
+    ci = None
     if st and st.get("n", 1) >= 2:
-        return float(st["ci95_low"]), float(st["ci95_high"])
-    return None
+        ci = (float(st["ci95_low"]) / per_request, float(st["ci95_high"]) / per_request)
+    return float(e2e) / per_request, ci
 
 
 @dataclass(frozen=True)
@@ -108,10 +120,9 @@ def verdicts(
     """The verdict at every concurrency both were measured at, lowest first."""
     out = []
     for c in sorted(spec_by_conc):
-        s, b = spec_by_conc[c], base_by_conc.get(c, {})
-        s_ms, b_ms = s.get(_METRIC), b.get(_METRIC)
-        if s_ms and b_ms:
-            out.append(Verdict(c, float(s_ms), float(b_ms), _interval(s), _interval(b)))
+        s, b = per_token(spec_by_conc[c]), per_token(base_by_conc.get(c, {}))
+        if s is not None and b is not None:
+            out.append(Verdict(c, s[0], b[0], s[1], b[1]))
     return out
 
 

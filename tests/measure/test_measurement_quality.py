@@ -58,9 +58,20 @@ def test_aggregate_takes_medians_and_sums_counts():
     assert [r["output_tok_per_s"] for r in agg["runs"]] == [100, 120, 90]
 
 
+def _pt(ms_per_token: float, tpot: float = 1.0) -> dict:
+    """A stored point: 4 requests of 16 tokens; TPOT deliberately unrelated (bursty streams
+    move decode time into TTFT, so the verdict must not read it)."""
+    return {
+        "mean_e2e_ms": 16 * ms_per_token,
+        "output_tokens": 64,
+        "num_ok": 4,
+        "mean_tpot_ms": tpot,
+    }
+
+
 def test_verdict_and_crossover():
-    base = {1: {"mean_tpot_ms": 10.0}, 4: {"mean_tpot_ms": 12.0}, 8: {"mean_tpot_ms": 14.0}}
-    spec = {1: {"mean_tpot_ms": 8.0}, 4: {"mean_tpot_ms": 12.5}, 8: {"mean_tpot_ms": 20.0}}
+    base = {1: _pt(10.0), 4: _pt(12.0), 8: _pt(14.0)}
+    spec = {1: _pt(8.0, tpot=50.0), 4: _pt(12.5, tpot=0.1), 8: _pt(20.0)}
     vs = verdicts(spec, base)
     assert [v.pays_off for v in vs] == [True, False, False]
     assert vs[0].margin_pct == pytest.approx(25.0)
@@ -70,6 +81,13 @@ def test_verdict_and_crossover():
     assert crossover_concurrency([Verdict(1, 9, 10), Verdict(4, 9, 10)]) is None
     assert crossover_concurrency([Verdict(1, 11, 10), Verdict(4, 9, 10)]) is None
     assert crossover_concurrency([Verdict(1, 11, 10), Verdict(4, 12, 10)]) == 1
+    # Intervals: overlapping ones tie; a tie is not "pays" for the crossover either.
+    tied = Verdict(1, 9.0, 10.0, (8.0, 10.5), (9.5, 10.5))
+    assert tied.state == "tied" and not tied.pays_off
+    assert tied.speedup_ci95 == pytest.approx((9.5 / 10.5, 10.5 / 8.0))
+    assert crossover_concurrency([Verdict(1, 9, 10), tied]) == 1
+    assert Verdict(1, 9.0, 10.0, (8.8, 9.2), (9.8, 10.2)).state == "pays"
+    assert Verdict(1, 11.0, 10.0, (10.8, 11.2), (9.8, 10.2)).state == "does not pay"
 
 
 def test_feasibility_flags_noise_and_lossless():

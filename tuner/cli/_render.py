@@ -13,6 +13,7 @@ from tuner.job import TrialEvent
 from tuner.methods import params_text
 from tuner.pareto import Report
 from tuner.storage import TrialRecord
+from tuner.verdict import per_token
 
 __all__ = ["Progress", "fmt", "other_target_text", "report_text", "table", "trials_table"]
 
@@ -218,8 +219,8 @@ def _levels_text(rep: Report) -> str:
     """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
     levels = sorted(rep.baseline_by_conc)
     out = [
-        f"Round-cost verdict per concurrency (workload {rep.workload}): mean time per output "
-        "token against the baseline's at the same level"
+        f"Round-cost verdict per concurrency (workload {rep.workload}): mean end-to-end time "
+        "per output token against the baseline's at the same level"
     ]
     if not levels:
         return out[0] + "\n  (no baseline measured: no verdict)"
@@ -227,7 +228,7 @@ def _levels_text(rep: Report) -> str:
     base = rep.baseline_by_conc
     rows = [
         ["base", "baseline (no speculation)"]
-        + [f"{fmt(base[c].get('mean_tpot_ms'), '.2f')} ms/tok" for c in levels]
+        + [f"{fmt(pt[0] if (pt := per_token(base[c])) else None, '.2f')} ms/tok" for c in levels]
         + ["-"]
     ]
     names = {p.trial_number: p for p in rep.points}
