@@ -231,7 +231,8 @@ def _compare(args: argparse.Namespace) -> None:
                         _vllm_bench_run(url, args.model, args.tokenizer, dataset, out, args)
                     )
             print(
-                f"run {i}: spectune {ours[-1]['output_tok_per_s']:.1f} tok/s, "
+                f"run {i}: {'vllm bench (A)' if args.noise_floor else 'spectune'} "
+                f"{ours[-1]['output_tok_per_s']:.1f} tok/s, "
                 f"TPOT {ours[-1]['mean_tpot_ms']:.2f} ms | vllm bench "
                 f"{theirs[-1]['output_tok_per_s']:.1f} tok/s, "
                 f"TPOT {theirs[-1]['mean_tpot_ms']:.2f} ms",
