@@ -8,7 +8,25 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["hardware_fingerprint"]
+__all__ = ["hardware_fingerprint", "nvidia_smi"]
+
+
+def nvidia_smi(query: str) -> list[str] | None:
+    """One ``nvidia-smi --query-gpu=QUERY`` answer, a line per GPU (no header, no units);
+    None without the tool or when it fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def hardware_fingerprint(device: str) -> str:
@@ -22,16 +40,7 @@ def hardware_fingerprint(device: str) -> str:
     except OSError:
         pass
     out = f"{cpu} x{os.cpu_count()}"
-    if device == "cuda" and shutil.which("nvidia-smi"):
-        try:
-            gpus = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout.strip()
-            out += f" / {gpus.replace(chr(10), ', ')}"
-        except (OSError, subprocess.SubprocessError):
-            pass
+    gpus = nvidia_smi("name") if device == "cuda" else None
+    if gpus:
+        out += f" / {', '.join(gpus)}"
     return f"{out} / {device}"

@@ -14,9 +14,7 @@ Every refusal names the field of the search space it comes from.
 from __future__ import annotations
 
 import json
-import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import psutil
 
 from tuner.engines import EngineConfig
+from tuner.hardware import nvidia_smi
 
 __all__ = [
     "MemoryEstimate",
@@ -129,18 +128,10 @@ def device_memory_bytes(device: str) -> int | None:
             return int(psutil.virtual_memory().total)
         except Exception:
             return None
-    if shutil.which("nvidia-smi") is None:
-        return None
+    total = nvidia_smi("memory.total")  # MiB
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-        return int(float(out[0]) * 2**20) if out else None
-    except (OSError, subprocess.SubprocessError, ValueError):
+        return int(float(total[0]) * 2**20) if total else None
+    except ValueError:
         return None
 
 
