@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spectune-installed
 UI_STAMP := $(VENV)/.spectune-ui-installed
+AXE_CORE := 4.14.1
 export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
 .PHONY: demo test lint serve clean-venv
@@ -19,9 +20,12 @@ $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py Makefile
 
 # Browser tests only: Playwright (Python) driving Debian's chromium (no browser download).
 $(UI_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[cpu,dev,train,bench,ui]'
+	$(BIN)/pip install -q -e '.[cpu,dev,train,bench,ui,dashboard,mlflow]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	@# axe-core (WCAG checks in tests/api/test_ui_views.py) from the npm registry, not committed.
+	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
+	npm install --silent --no-save --no-package-lock --no-audit --no-fund --prefix $(VENV)/ui axe-core@$(AXE_CORE)
 	touch $(UI_STAMP)
 
 demo: $(STAMP)
@@ -36,6 +40,9 @@ serve: $(STAMP)
 	$(BIN)/spectune serve
 
 test: $(UI_STAMP)
+	@# Storage tests also run on PostgreSQL: a private cluster from Debian's server binaries
+	@# (tests/pg_server.py), unless TEST_DB_URL names a server.
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update && apt-get install -y postgresql)
 	$(BIN)/ruff check tuner tests scripts bench migrations
 	$(BIN)/ruff format --check tuner tests scripts bench migrations
 	$(BIN)/pytest -q -ra

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.pg_server import (
+    PgServer,
+    PgUnavailable,
+    create_database,
+    drop_database,
+    sweep_orphans,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
@@ -24,6 +35,92 @@ def space_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'spectune.db'}"
+
+
+# PostgreSQL: TEST_DB_URL names a server to create test databases on (as Optuna's storage tests
+# do); unset, the session starts a private cluster (tests/pg_server.py). A server that cannot be
+# had fails the PostgreSQL tests, unless SPECTUNE_SKIP_PG=1 skips them.
+TEST_DB_URL_ENV = "TEST_DB_URL"
+SKIP_PG_ENV = "SPECTUNE_SKIP_PG"
+
+
+def _pg_unavailable(why: str) -> None:
+    if os.environ.get(SKIP_PG_ENV) == "1":
+        pytest.skip(f"PostgreSQL unavailable ({SKIP_PG_ENV}=1): {why}")
+    pytest.fail(
+        f"PostgreSQL tests need a server and none could be had: {why}\n"
+        f"Install Debian's postgresql package (`make test` does), set {TEST_DB_URL_ENV} to a "
+        f"server where this user may CREATE DATABASE, or set {SKIP_PG_ENV}=1 to skip them.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The session's private PostgreSQL cluster (a ``tests.pg_server.PgServer``), started on
+    first use and destroyed at the end. Tests that stop or restart it must leave it running."""
+    try:
+        sweep_orphans()  # clusters of earlier runs that were killed before their teardown
+        server = PgServer()
+        server.start()
+    except (PgUnavailable, OSError, subprocess.SubprocessError) as e:
+        _pg_unavailable(str(e))
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(request: pytest.FixtureRequest) -> str:
+    """A URL on the PostgreSQL server the tests create their databases on."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    url = os.environ.get(TEST_DB_URL_ENV)
+    if not url:
+        return request.getfixturevalue("pg_server").url()
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError as e:
+        pytest.fail(f"{TEST_DB_URL_ENV} is not a database URL: {e}", pytrace=False)
+    if backend != "postgresql":
+        pytest.fail(f"{TEST_DB_URL_ENV} must be a postgresql:// URL, got {backend}", pytrace=False)
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as e:
+        _pg_unavailable(f"{TEST_DB_URL_ENV} server unreachable: {e}")
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test only; dropped afterwards."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuner.storage import get_engine
+
+    try:
+        url = create_database(pg_admin_url)
+    except SQLAlchemyError as e:
+        pytest.fail(f"cannot CREATE DATABASE for a test (needs CREATEDB): {e}", pytrace=False)
+    yield url
+    get_engine(url).dispose()
+    drop_database(pg_admin_url, url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test runs twice: on a new SQLite file and on a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'spectune.db'}"
+    return request.getfixturevalue("pg_url")
 
 
 @pytest.fixture

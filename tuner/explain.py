@@ -21,7 +21,13 @@ from tuner.pareto import Report
 from tuner.storage import JobNotFound, Store
 from tuner.verdict import level_summary
 
-__all__ = ["Importances", "evidenced_importances", "explain", "param_importances"]
+__all__ = [
+    "Importances",
+    "evidenced_importances",
+    "explain",
+    "importance_sentence",
+    "param_importances",
+]
 
 MIN_CONFIGS_FOR_IMPORTANCE = 10  # distinct configurations before a ranking means anything
 PERMUTATIONS = 100  # shuffles of the values behind each parameter's permutation test
@@ -124,6 +130,20 @@ def evidenced_importances(
     return Importances(n, dict(sorted(shown.items(), key=lambda kv: -kv[1][0])), reason)
 
 
+def importance_sentence(metric: str, importances: Importances) -> str:
+    """The one wording of what the data says moved ``metric`` (report, API and UI share it)."""
+    if importances.shown:
+        return (
+            f"What moved {metric} (PED-ANOVA over {importances.n_configs} distinct "
+            "configurations; p: permutation test against shuffled values): "
+            + ", ".join(
+                f"{k} {share:.0%} (p={p:.2f})" for k, (share, p) in importances.shown.items()
+            )
+            + "."
+        )
+    return f"The data cannot tell which parameter moved {metric} most ({importances.reason})."
+
+
 def explain(rep: Report, importances: Importances | None = None) -> list[str]:
     """Plain sentences, one per fact; every verdict word comes from ``tuner.verdict``."""
     w = rep.winner
@@ -154,18 +174,5 @@ def explain(rep: Report, importances: Importances | None = None) -> list[str]:
             )
         lines.append(level_summary(rep.verdicts.get(w.trial_number, [])))
     if importances is not None:
-        metric = rep.objectives[0][0]
-        if importances.shown:
-            lines.append(
-                f"What moved {metric} (PED-ANOVA over {importances.n_configs} distinct "
-                "configurations; p: permutation test against shuffled values): "
-                + ", ".join(
-                    f"{k} {share:.0%} (p={p:.2f})" for k, (share, p) in importances.shown.items()
-                )
-                + "."
-            )
-        else:
-            lines.append(
-                f"The data cannot tell which parameter moved {metric} most ({importances.reason})."
-            )
+        lines.append(importance_sentence(rep.objectives[0][0], importances))
     return lines

@@ -11,7 +11,9 @@ import hashlib
 import logging
 import re
 import time
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from tuner.engines import EngineConfig
 from tuner.hardware import hardware_fingerprint
+from tuner.integrations import label_study, on_job_end, on_job_start
 from tuner.measure import (
     JobCancelled,
     JobControl,
@@ -34,10 +37,18 @@ from tuner.search import SearchStrategy
 from tuner.space import SearchSpace
 from tuner.storage import JobModel, Store, space_of_job
 from tuner.surface import ReplayMeasurer
-from tuner.trial import TrialEvent, TrialRunner
+from tuner.trial import Recovery, TrialEvent, TrialRunner, run_one
 from tuner.workloads import Prompt, WorkloadError
 
-__all__ = ["JobCancelled", "JobControl", "TrialEvent", "create_job", "log_folder", "run_job"]
+__all__ = [
+    "JobCancelled",
+    "JobControl",
+    "TrialEvent",
+    "WorkerContext",
+    "create_job",
+    "log_folder",
+    "run_job",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +87,11 @@ def create_job(
     data = space.model_dump(mode="json")
     data["base_dir"] = str(space.base_dir)
     data["hardware"] = hardware_fingerprint(space.engine.device)
-    return store.create_job(space, data, space_yaml=space_yaml, n_trials=n_trials or space.trials)
+    job_id = store.create_job(
+        space, data, space_yaml=space_yaml, n_trials=n_trials or space.trials
+    )
+    label_study(store.load_study(job_id), space)  # optuna-dashboard's names, from the start
+    return job_id
 
 
 def _confirm(
@@ -152,6 +167,7 @@ def _measurer(
     work_dir: Path,
     control: JobControl,
     launcher: list[str] | None,
+    devices: str | None,
 ) -> Measurer:
     """Chosen once per job: a recorded surface when the space names one, else real engines."""
 
@@ -160,15 +176,66 @@ def _measurer(
 
     if space.engine.surface is not None:
         return ReplayMeasurer(space, on_launch)
-    return LaunchMeasurer(space, prompts, work_dir, control, on_launch, launcher)
+    return LaunchMeasurer(space, prompts, work_dir, control, on_launch, launcher, devices)
 
 
-def _fail_orphaned_trials(store: Store, job_id: int, study: optuna.Study) -> None:
-    """Trials left running by a worker that died: one worker runs a job at a time, so the
-    one resuming it knows they are dead. They become failed and the budget counts them."""
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-    store.fail_orphaned_trials(job_id)
+@dataclass(frozen=True)
+class WorkerContext:
+    """The worker running a job's trials, one of possibly several sharing the job (Optuna's
+    distributed mode: each process asks the same study in the same database).
+
+    ``heartbeat_s``/``grace_s``: each running trial beats; one silent for ``grace_s`` is
+    failed by any worker and retried once. ``stopping``: true when the worker was asked to
+    stop (its trial in flight is then put back, not cancelled)."""
+
+    worker_id: str | None = None
+    devices: str | None = None
+    heartbeat_s: float = 5.0
+    grace_s: float = 60.0
+    poll_s: float = 2.0
+    stopping: Callable[[], bool] = field(default=lambda: False)
+
+
+def _slots_used(study: optuna.Study) -> int:
+    """Trials a job stored before shared budgets already ran: each retry stands in for the
+    trial it repeats, so the two take one slot."""
+    trials = study.get_trials(deepcopy=False)
+    ran = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
+    return ran - sum(1 for t in trials if "failed_trial" in t.system_attrs)
+
+
+def _run_trials(
+    store: Store,
+    job_id: int,
+    study: optuna.Study,
+    runner: TrialRunner,
+    recovery: Recovery,
+    control: JobControl,
+    *,
+    owner: bool,
+    poll_s: float,
+) -> None:
+    """Take a slot of the shared budget, run one trial, until the budget is spent. The
+    owner then waits for the other workers' trials (failing those of dead workers, whose
+    retries it may run), so the job ends once every trial has."""
+    running = (optuna.trial.TrialState.RUNNING,)
+    while True:
+        if control.cancelled:
+            raise JobCancelled("job cancelled")
+        if store.take_trial_slot(job_id):
+            recovery.sweep(study)
+            run_one(study, runner)
+            continue
+        if not owner:
+            return
+        recovery.sweep(study)
+        if store.trial_slots_left(job_id) > 0:
+            continue  # a dead worker's trial was put back: run it
+        if not study.get_trials(deepcopy=False, states=running):
+            return
+        deadline = time.monotonic() + poll_s
+        while time.monotonic() < deadline and not control.cancelled:
+            time.sleep(min(0.2, poll_s))
 
 
 def run_job(
@@ -180,51 +247,88 @@ def run_job(
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
     launcher: list[str] | None = None,
     control: JobControl | None = None,
+    worker: WorkerContext | None = None,
+    join: bool = False,
 ) -> JobModel:
-    """Run a queued job to the end of its trial budget; returns the finished job row.
+    """Run a job to the end of its trial budget; returns the job row.
 
     ``control`` lets another thread cancel the job. ``launcher`` (tests only) replaces the
     engine's ``python -m …`` prefix. A job found ``running`` (its worker died) resumes:
-    finished trials are kept and the budget counts them.
+    finished trials are kept, the lost one is retried. With ``join`` this worker only helps
+    the job's owner: it runs trials while the shared budget lasts and leaves seeding,
+    confirmation and the job's end to the owner.
     """
     store.ensure_schema()
-    job = store.start_job(job_id)
+    ctx = worker or WorkerContext()
+    job = store.job(job_id) if join else store.start_job(job_id)
     space, n_trials = space_of_job(job), job.n_trials
     work_dir = (work_dir or Path(".spectune")).resolve()
     control = control or JobControl()
     try:
         prompts = load_all_prompts(space)
     except WorkloadError as e:
-        store.end_job(job_id, "failed", str(e))
+        if not join:
+            store.end_job(job_id, "failed", str(e))
         raise
-    sampler = optuna.samplers.TPESampler(seed=space.seed, n_startup_trials=4)
-    study = store.load_study(job_id, sampler=sampler)
-    _fail_orphaned_trials(store, job_id, study)
+    # Another seed per helper: two samplers with one seed and one history propose the same
+    # point; the constant liar keeps each away from what the others are running.
+    seed = space.seed if not join else space.seed + 1 + zlib.crc32(str(ctx.worker_id).encode())
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True)
+    recovery = Recovery(store, job_id, ctx.grace_s)
+    storage = store.optuna_storage(
+        heartbeat_s=ctx.heartbeat_s, grace_s=ctx.grace_s, on_stale=recovery.on_stale
+    )
+    recovery.storage = storage
+    study = store.load_study(job_id, sampler=sampler, storage=storage)
     strategy = SearchStrategy(store, job_id, space, n_trials)
-    if not study.trials:
-        for params, skip in strategy.initial_params():
-            study.enqueue_trial(params, skip_if_exists=skip)
-    measurer = _measurer(store, job_id, space, prompts, work_dir, control, launcher)
-    if space.hosted and measurer.live:
+    if not join:
+        recovery.sweep(study)
+        if not study.trials:
+            for params, skip in strategy.initial_params():
+                study.enqueue_trial(params, skip_if_exists=skip)
+        store.sync_trial_slots(job_id, _slots_used(study))
+    measurer = _measurer(store, job_id, space, prompts, work_dir, control, launcher, ctx.devices)
+    if space.hosted and measurer.live and not join:
         measure_references(store, job_id, space, prompts)
     log_dir = work_dir / "logs" / log_folder(store.url, job_id)
     hooks: dict[str, Any] = dict(
         log_dir=log_dir, n_trials=n_trials, control=control, on_trial=on_trial, on_start=on_start
     )
-    runner = TrialRunner(store, job_id, space, measurer, strategy, **hooks)
+    runner = TrialRunner(
+        store,
+        job_id,
+        space,
+        measurer,
+        strategy,
+        **hooks,
+        worker_id=ctx.worker_id,
+        devices=ctx.devices,
+        stopping=ctx.stopping,
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        done = sum(1 for t in study.trials if t.state != optuna.trial.TrialState.WAITING)
-        study.optimize(runner, n_trials=max(0, n_trials - done), catch=(TrialFailed,))
+        on_job_start(study, space)  # names objectives of older studies too; MLflow ready
+        _run_trials(
+            store, job_id, study, runner, recovery, control, owner=not join, poll_s=ctx.poll_s
+        )
+        if join:
+            return store.job(job_id)
         _confirm(store, job_id, space, measurer, **hooks)
     except JobCancelled:
-        store.end_job(job_id, "cancelled", "cancelled")
+        status = store.job_status(job_id)
+        if ctx.stopping() and not (status and status[1]):
+            recovery.requeue(study, runner.interrupted)  # the worker puts the job back
+        elif not join:
+            store.end_job(job_id, "cancelled", "cancelled")
         return store.job(job_id)
     except KeyboardInterrupt:
-        store.end_job(job_id, "cancelled", "interrupted by the user")
+        if not join:
+            store.end_job(job_id, "cancelled", "interrupted by the user")
         raise
     except Exception as e:
-        store.end_job(job_id, "failed", f"{type(e).__name__}: {e}")
+        if not join:
+            store.end_job(job_id, "failed", f"{type(e).__name__}: {e}")
         raise
     store.end_job(job_id, "succeeded", None)
+    on_job_end(store, job_id)
     return store.job(job_id)

@@ -9,16 +9,20 @@ objective values and SLO constraints to Optuna.
 from __future__ import annotations
 
 import functools
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from tuner.candidates import engine_config, sample_candidate
 from tuner.engines import EngineConfig
+from tuner.integrations import on_trial_stored
 from tuner.measure import (
     JobCancelled,
     JobControl,
@@ -33,7 +37,7 @@ from tuner.search import SearchStrategy
 from tuner.space import SearchSpace
 from tuner.storage import Store
 
-__all__ = ["TrialEvent", "TrialRunner"]
+__all__ = ["MAX_RETRY", "Recovery", "TrialEvent", "TrialRunner", "run_one"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,14 @@ def _summary(primary: dict[str, Any], extra: dict[str, Any]) -> str:
     return out
 
 
+def _lost(number: int) -> TrialFailed:
+    return TrialFailed(
+        "interrupted",
+        f"trial {number} was declared lost (its heartbeat stopped) while it ran; its retry "
+        "measures it, so this result is not stored",
+    )
+
+
 class TrialRunner:
     """The objective Optuna calls: one trial per call."""
 
@@ -83,11 +95,17 @@ class TrialRunner:
         control: JobControl,
         on_trial: Callable[[TrialEvent], None] | None = None,
         on_start: Callable[[int, dict[str, Any]], None] | None = None,
+        worker_id: str | None = None,
+        devices: str | None = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
         self.store, self.job_id, self.space = store, job_id, space
         self.measurer, self.strategy, self.control = measurer, strategy, control
         self.log_dir, self.n_trials = log_dir, n_trials
         self.on_trial, self.on_start = on_trial, on_start
+        self.worker_id, self.devices = worker_id, devices
+        self.stopping = stopping or (lambda: False)
+        self.interrupted: list[int] = []  # trials cut short by this worker stopping
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         if self.control.cancelled:
@@ -104,6 +122,8 @@ class TrialRunner:
             params=params,
             engine_config=cfg.to_dict(),
             engine_key=cfg.key(),
+            worker_id=self.worker_id,
+            devices=self.devices,
         )
         trial.set_user_attr("spectune_trial_id", trial_id)
         try:
@@ -128,15 +148,22 @@ class TrialRunner:
             self._emit(trial.number, "fail", params, t0, f"{e.reason}")
             raise
         except Pruned as e:
-            self.store.store_results(trial_id, e.measurements, e.extra, state="pruned")
+            if not self.store.store_results(trial_id, e.measurements, e.extra, state="pruned"):
+                raise _lost(trial.number) from None
+            on_trial_stored(self, trial, params, "pruned", e.measurements, e.extra)
             self.store.finish_trial(trial_id, "pruned", reason="pruned", detail=e.evidence)
             self._emit(trial.number, "pruned", params, t0, e.evidence)
             raise optuna.TrialPruned(e.evidence) from None
         except BaseException as e:  # interrupted: keep the record honest
-            reason = "cancelled" if isinstance(e, JobCancelled) else "interrupted"
+            user = isinstance(e, JobCancelled) and not self.stopping()
+            if not user:
+                self.interrupted.append(trial.number)
+            reason = "cancelled" if user else "interrupted"
             self.store.finish_trial(trial_id, "fail", reason=reason, detail=repr(e))
             raise
-        self.store.store_results(trial_id, measurements, extra, state="complete")
+        if not self.store.store_results(trial_id, measurements, extra, state="complete"):
+            raise _lost(trial.number)
+        on_trial_stored(self, trial, params, "complete", measurements, extra)
         self._emit(trial.number, "complete", params, t0, _summary(primary, extra))
         return values
 
@@ -205,3 +232,112 @@ class TrialRunner:
             lossless = functools.partial(self._lossless, cfg)
         log_path = self.log_dir / f"trial-{trial.number}.log"
         return self.measurer.measure(cfg, params, log_path, prune=prune, lossless=lossless)
+
+
+MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
+
+
+class _TrialBeat(threading.Thread):
+    """The running trial's heartbeat in Optuna's table, every ``heartbeat_interval``: what
+    lets the other workers tell a trial whose worker died from a slow one."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+        super().__init__(name=f"spectune-trial-beat-{trial_id}", daemon=True)
+        self.storage, self.trial_id = storage, trial_id
+        interval = getattr(storage, "get_heartbeat_interval", None)
+        self.every_s = interval() if interval is not None else None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        record = getattr(self.storage, "record_heartbeat", None)
+        if record is None or not self.every_s:
+            return
+        while True:
+            record(self.trial_id)
+            if self.done.wait(self.every_s):
+                return
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.is_alive():
+            self.join(timeout=10)
+
+
+def run_one(study: optuna.Study, runner: TrialRunner) -> None:
+    """One trial as ``study.optimize`` runs it (ask, heartbeat while it runs, tell), but told
+    with ``skip_if_finished``: a trial another worker declared lost meanwhile stays failed
+    instead of failing the job. ``TrialFailed`` and pruning end the trial, not the job."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+        trial = study.ask()  # what optimize would do, heartbeat included (below)
+    beat = _TrialBeat(study._storage, trial._trial_id)
+    beat.start()
+    values: list[float] | None = None
+    state: optuna.trial.TrialState | None = None
+    try:
+        values = runner(trial)
+    except optuna.TrialPruned:
+        state = optuna.trial.TrialState.PRUNED
+    except TrialFailed:
+        state = optuna.trial.TrialState.FAIL
+    except BaseException:
+        beat.stop()
+        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        raise
+    beat.stop()
+    study.tell(trial, values, state=state, skip_if_finished=True)
+
+
+class Recovery:
+    """What becomes of a trial whose worker is gone: failed (``interrupted``) and, when it
+    has no stored result, run once more by whichever worker takes the next slot. Its slot
+    goes back to the budget, so a crash costs time, never a trial; a stored result is never
+    measured twice."""
+
+    def __init__(self, store: Store, job_id: int, grace_s: float) -> None:
+        self.store, self.job_id, self.grace_s = store, job_id, grace_s
+        self.storage: optuna.storages.BaseStorage | None = None  # the RDB storage, once made
+
+    def on_stale(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna's ``heartbeat_stale_trial_callback``: the trial is already failed there."""
+        self._retry(study, trial, "its worker stopped beating (killed, or cut off)")
+
+    def _retry(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str, *, row: bool = True
+    ) -> bool:
+        if row and self.store.trial_state(self.job_id, trial.number) not in (None, "running"):
+            return False  # its result (or its failure) is stored: keep it, run nothing again
+        self.store.fail_orphaned_trials(self.job_id, [trial.number], detail=why)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+            if len(history) >= MAX_RETRY:
+                return False
+            RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
+        self.store.refund_trial_slot(self.job_id)
+        return True
+
+    def requeue(self, study: optuna.Study, numbers: list[int]) -> None:
+        """Trials this worker cut short when asked to stop run again elsewhere."""
+        trials = study.get_trials(deepcopy=False)
+        for n in numbers:
+            if n < len(trials) and trials[n].state == optuna.trial.TrialState.FAIL:
+                self._retry(study, trials[n], "its worker was stopped", row=False)
+
+    def sweep(self, study: optuna.Study) -> None:
+        """Fail the trials of dead workers: those whose heartbeat went stale (Optuna's
+        check, which calls ``on_stale``) and those that never beat at all."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        storage = self.storage
+        find = getattr(storage, "unbeaten_trial_ids", None)
+        if storage is None or find is None:
+            return
+        fail = optuna.trial.TrialState.FAIL
+        for tid in find(storage.get_study_id_from_name(study.study_name), self.grace_s):
+            try:
+                if storage.set_trial_state_values(tid, state=fail):
+                    self._retry(study, storage.get_trial(tid), "its worker never beat")
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # another worker got there first

@@ -1,32 +1,48 @@
-"""The job worker: claims queued jobs from the database and runs them, one at a time.
+"""The job worker: claims queued jobs from the database and runs them; helps with running
+jobs when the queue is empty.
 
-Why one at a time: a trial owns the device (GPU memory, or the CPU cores on the embedded
-default), so two engines side by side would measure each other. More devices, more workers.
+Why one trial at a time per worker: a trial owns the device (GPU memory, or the CPU cores on
+the embedded default), so two engines side by side would measure each other. More devices,
+more workers: ``spectune worker --devices 0,1`` on each host, all on one database.
 
 Claiming is a compare-and-set: ``UPDATE … SET state='running' WHERE job_id=? AND
-state='queued'`` succeeds for exactly one worker. On PostgreSQL the candidate row is read with
-``SELECT … FOR UPDATE SKIP LOCKED`` so concurrent workers do not queue on the same row; on
-SQLite (one writer at a time) the conditional UPDATE alone is atomic.
+state='queued'`` succeeds for exactly one worker, the job's owner. On PostgreSQL the candidate
+row is read with ``SELECT … FOR UPDATE SKIP LOCKED`` so concurrent workers do not queue on the
+same row; on SQLite (one writer at a time) the conditional UPDATE alone is atomic.
 
-A worker that dies stops its heartbeat; after ``stale_after_s`` any worker re-claims the job
-and ``run_job`` resumes it (finished trials kept, the interrupted one failed). A worker that
-is stopped cleanly puts its job back in the queue the same way.
+Several workers share one job through Optuna's RDB storage: a worker with nothing queued joins
+a running job whose budget has slots left, and every worker takes one slot of the shared budget
+per trial (``Store.take_trial_slot``), so the budget is never overrun; each queued start point
+is handed to one worker by Optuna. The owner seeds the study, confirms the front and ends the
+job; the helpers only run trials.
+
+What survives a crash: each running trial beats in Optuna's heartbeat table; a trial silent
+for ``stale_after_s`` is failed by any worker and run once more (its slot goes back). A dead
+owner stops the job's heartbeat; after ``stale_after_s`` any worker re-claims the job and
+resumes it. The engine of a worker killed with ``kill -9`` is stopped by the next worker
+started on that host (pid files under ``work_dir/run``). A worker that is stopped cleanly
+(``stop()``, SIGTERM) aborts its trial, records it ``interrupted``, puts it back for a retry
+and, if it owned the job, puts the job back in the queue.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 from pathlib import Path
 
-from tuner.job import JobControl, run_job
+from tuner.engines import reap_stale
+from tuner.job import JobControl, WorkerContext, run_job
 from tuner.storage import Store
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("spectune.worker")
+
+_ENDED = ("succeeded", "failed", "cancelled")
 
 
 def default_worker_id() -> str:
@@ -34,21 +50,37 @@ def default_worker_id() -> str:
 
 
 class _Heartbeat(threading.Thread):
-    """Keeps the claim alive and turns a cancel request in the database into
-    ``JobControl.cancel()`` (the API may run in another process than the worker)."""
+    """The owner's beat keeps its claim alive; every worker's beat turns a cancel request in
+    the database into ``JobControl.cancel()`` (the API may run in another process), and a
+    helper's also stops when the job ended."""
 
     def __init__(
-        self, store: Store, job_id: int, worker_id: str, control: JobControl, every_s: float
+        self,
+        store: Store,
+        job_id: int,
+        worker_id: str,
+        control: JobControl,
+        every_s: float,
+        *,
+        owner: bool,
     ) -> None:
         super().__init__(name=f"spectune-heartbeat-{job_id}", daemon=True)
         self.store, self.job_id, self.worker_id = store, job_id, worker_id
-        self.control, self.every_s = control, every_s
+        self.control, self.every_s, self.owner = control, every_s, owner
         self.done = threading.Event()
+
+    def _wants_cancel(self) -> bool | None:
+        if self.owner:
+            return self.store.heartbeat(self.job_id, self.worker_id)
+        status = self.store.job_status(self.job_id)
+        if status is None:
+            return None
+        return status[1] or status[0] in _ENDED
 
     def run(self) -> None:
         while not self.done.wait(self.every_s):
             try:
-                wants_cancel = self.store.heartbeat(self.job_id, self.worker_id)
+                wants_cancel = self._wants_cancel()
                 if wants_cancel is None:
                     return  # the claim is lost (job deleted or re-claimed)
                 if wants_cancel and not self.control.cancelled:
@@ -59,9 +91,11 @@ class _Heartbeat(threading.Thread):
 
 
 class Worker:
-    """Claims and runs jobs until stopped.
+    """Claims and runs jobs, and helps with running ones, until stopped.
 
-    ``launcher`` is for tests only: it swaps the engine command for the FAKE OpenAI server
+    ``devices`` (e.g. ``"0,1"``): the accelerators this worker's engines may use, given to
+    each engine it launches and recorded on each trial it runs. ``launcher`` is for tests
+    only: it swaps the engine command for the FAKE OpenAI server
     (tests/fake_openai_server.py). It is a constructor argument, never a setting or an
     environment variable, so the product cannot report fake numbers by accident.
     """
@@ -75,6 +109,8 @@ class Worker:
         poll_s: float = 2.0,
         heartbeat_s: float = 5.0,
         stale_after_s: float = 60.0,
+        devices: str | None = None,
+        join: bool = True,
         launcher: list[str] | None = None,
     ) -> None:
         if stale_after_s <= 2 * heartbeat_s:
@@ -82,12 +118,13 @@ class Worker:
         self.store, self.work_dir = store, work_dir
         self.worker_id = worker_id or default_worker_id()
         self.poll_s, self.heartbeat_s, self.stale_after_s = poll_s, heartbeat_s, stale_after_s
-        self.launcher = launcher
+        self.devices, self.join, self.launcher = devices, join, launcher
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._control: JobControl | None = None
         self._job_id: int | None = None
         self._thread: threading.Thread | None = None
+        self.last_job: int | None = None
 
     @property
     def current_job(self) -> int | None:
@@ -102,15 +139,44 @@ class Worker:
         job_id = self.store.claim_next(self.worker_id, stale_after_s=self.stale_after_s)
         if job_id is None:
             return None
+        self._run(job_id, join=False)
+        return job_id
+
+    def help_once(self) -> int | None:
+        """Join a running job with trials left and run trials until its budget is taken;
+        the job id, or None when no job needs help."""
+        job_id = self.store.joinable_job(stale_after_s=self.stale_after_s)
+        if job_id is None:
+            return None
+        self._run(job_id, join=True)
+        return job_id
+
+    def _run(self, job_id: int, *, join: bool) -> None:
         control = JobControl()
         with self._lock:
             self._control, self._job_id = control, job_id
-        beat = _Heartbeat(self.store, job_id, self.worker_id, control, self.heartbeat_s)
+        beat = _Heartbeat(
+            self.store, job_id, self.worker_id, control, self.heartbeat_s, owner=not join
+        )
         beat.start()
-        log.info("worker %s: running job %s", self.worker_id, job_id)
+        log.info("worker %s: %s job %s", self.worker_id, "helping" if join else "running", job_id)
+        ctx = WorkerContext(
+            worker_id=self.worker_id,
+            devices=self.devices,
+            heartbeat_s=self.heartbeat_s,
+            grace_s=self.stale_after_s,
+            poll_s=self.poll_s,
+            stopping=self._stop.is_set,
+        )
         try:
             run_job(
-                self.store, job_id, work_dir=self.work_dir, launcher=self.launcher, control=control
+                self.store,
+                job_id,
+                work_dir=self.work_dir,
+                launcher=self.launcher,
+                control=control,
+                worker=ctx,
+                join=join,
             )
         except Exception:
             log.exception("job %s failed", job_id)  # run_job has stored the error
@@ -119,34 +185,72 @@ class Worker:
             beat.join(timeout=self.heartbeat_s + 5)
             with self._lock:
                 self._control, self._job_id = None, None
-            self._release(job_id)
-        return job_id
+            if not join:
+                self._release(job_id)
 
     def _release(self, job_id: int) -> None:
-        """Drop the claim; a job stopped by ``stop()`` (not by a user) goes back to the queue."""
+        """Drop the claim; a job left by ``stop()`` (not by a user) goes back to the queue."""
         if self.store.release_claim(job_id, requeue_if_stopped=self._stop.is_set()):
             log.info("job %s: back in the queue (worker stopped)", job_id)
 
+    def reap(self) -> list[int]:
+        """Stop the engines that workers of this host left running when they died."""
+        killed = reap_stale(self.work_dir / "run")
+        for pgid in killed:
+            log.warning("stopped engine process group %s left by a dead worker", pgid)
+        return killed
+
     def run_forever(self) -> None:
         self.store.ensure_schema()
+        self.reap()
         while not self._stop.is_set():
             try:
                 ran = self.run_once()
+                if ran is None and self.join and not self._stop.is_set():
+                    ran = self.help_once()
             except Exception:
                 log.exception("worker %s: claim failed", self.worker_id)
                 ran = None
             if ran is None:
                 self._stop.wait(self.poll_s)
 
-    def start(self) -> threading.Thread:
-        """Run in a background thread (the embedded worker of ``spectune serve``)."""
-        self._thread = threading.Thread(target=self.run_forever, name="spectune-worker")
+    def _once(self) -> None:
+        self.store.ensure_schema()
+        self.reap()
+        self.last_job = self.run_once()
+
+    def start(self, *, once: bool = False) -> threading.Thread:
+        """Run in a background thread (the embedded worker of ``spectune serve``); with
+        ``once``, run one queued job (if any, its id in ``last_job``) and end."""
+        target = self._once if once else self.run_forever
+        self._thread = threading.Thread(target=target, name="spectune-worker")
         self._thread.daemon = True
         self._thread.start()
         return self._thread
 
+    def run_until_signal(self, *, once: bool = False, drain_s: float = 60.0) -> bool:
+        """The process of ``spectune worker``: work in a background thread while the main
+        thread waits for SIGTERM or SIGINT, then drain (``stop``). Why not unwind with an
+        exception in the main thread: the trial must be put back and the job requeued,
+        which a stop does and an interrupt cannot. True when a signal stopped it."""
+        got = threading.Event()
+        sigs = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, lambda *_: got.set()) for sig in sigs}
+        try:
+            self.start(once=once)
+            while self.alive and not got.wait(0.2):
+                pass
+            if got.is_set():
+                log.info("worker %s: stopping (signal)", self.worker_id)
+                self.stop(timeout_s=drain_s)
+            return got.is_set()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the engine in flight and put its job back in the queue."""
+        """Stop the engine in flight, put its trial back for a retry and its job (if this
+        worker owns it) back in the queue."""
         self._stop.set()
         with self._lock:
             control = self._control

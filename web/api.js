@@ -35,7 +35,8 @@ export async function api(path, { method = "GET", body, params } = {}) {
   } catch {
     data = null;
   }
-  if (!r.ok) throw new ApiError(r.status, data && "detail" in data ? data.detail : r.statusText);
+  // RFC 9457 problem+json: a 422 names its fields in `errors`, every other error has `detail`.
+  if (!r.ok) throw new ApiError(r.status, data && Array.isArray(data.errors) ? data.errors : data && "detail" in data ? data.detail : r.statusText);
   return data;
 }
 

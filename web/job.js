@@ -1,10 +1,16 @@
-// The job page: progress and cancel, the Pareto chart with its SLO and concurrency controls,
-// why the winner won, the round-cost verdict, the export panel and the sortable trials table.
+// The job page: progress and cancel, the Pareto chart (its axes the job's objectives) with
+// its SLO and concurrency controls, why the winner won, the history of the first objective and
+// the parameter importances the data supports, the round-cost verdict, the export panel, the
+// running trial's live log, and the trials table (sort, compare, CSV).
 
 import { api, ApiError, fieldErrors } from "./api.js";
-import { paretoChart } from "./chart.js";
+import { chartAxes, paretoChart } from "./chart.js";
 import { exportPanel } from "./export.js";
-import { app, describe, dur, ENDED, fmt, h, handle, int, isCurrent, pct, showBanner, stateBadge } from "./util.js";
+import { logPanel } from "./logtail.js";
+import { historyPlot, importancePlot } from "./plots.js";
+import { downloadCsv, trialsCsv, trialsTable } from "./trials.js";
+import { announce, app, describe, dur, ENDED, fmt, h, handle, isCurrent, metricLabel, showBanner, stateBadge } from "./util.js";
+import { verdictTable } from "./verdict.js";
 
 function progress(job) {
   const frac = job.n_trials ? job.trials_done / job.n_trials : 0;
@@ -17,93 +23,6 @@ function progress(job) {
       (cur ? ` · trial ${cur.number}: ${describe(cur)}` : "") +
       (job.eta_s !== null ? ` · ETA ${dur(job.eta_s)}` : "") +
       (job.cancel_requested && !ENDED.includes(job.state) ? " · cancelling…" : "") }));
-}
-
-function trialsTable(jobId, trials) {
-  const cols = [
-    ["#", (t) => t.number, (t) => h("a", { href: `#/jobs/${jobId}/trials/${t.number}`, text: `${t.number}` })],
-    ["state", (t) => t.state],
-    ["configuration", (t) => describe(t)],
-    ["tok/s", (t) => t.metrics.output_tok_per_s, (t) => fmt(t.metrics.output_tok_per_s)],
-    ["p99 TPOT ms", (t) => t.metrics.p99_tpot_ms, (t) => fmt(t.metrics.p99_tpot_ms, 2)],
-    ["p99 TTFT ms", (t) => t.metrics.p99_ttft_ms, (t) => fmt(t.metrics.p99_ttft_ms, 1)],
-    ["acceptance", (t) => t.metrics.acceptance_rate, (t) => pct(t.metrics.acceptance_rate)],
-    ["mean acc. len", (t) => t.metrics.mean_acceptance_length, (t) => fmt(t.metrics.mean_acceptance_length, 2)],
-    ["greedy match", (t) => t.lossless_match_rate, (t) => t.method === "none" && t.state === "complete"
-      ? "reference" : pct(t.lossless_match_rate)],
-    ["KV tokens", (t) => t.kv_cache_tokens, (t) => int(t.kv_cache_tokens)],
-    ["peak RSS MB", (t) => t.peak_rss_mb, (t) => int(t.peak_rss_mb)],
-    ["note", (t) => t.fail_reason || "", (t) => t.fail_reason
-      ? h("details", {}, h("summary", { text: t.fail_reason }), h("pre", { class: "log", text: t.fail_detail || "" }))
-      : [t.reused_from !== null ? `reused trial ${t.reused_from}` : null,
-        t.metrics.confirmed ? h("span", { class: "badge", title: "re-measured on a second engine launch", text: "✓ confirmed" }) : null,
-        t.metrics.noisy ? h("span", { class: "badge noisy", text: `noisy (MAD ${pct(t.metrics.relative_mad)})` }) : null]],
-  ];
-  let sortBy = 0, dir = 1;
-  const tbody = h("tbody");
-  const head = h("tr");
-  function draw() {
-    const rows = [...trials].sort((a, b) => {
-      const x = cols[sortBy][1](a), y = cols[sortBy][1](b);
-      if (x === y) return 0;
-      if (x === null || x === undefined) return 1;
-      if (y === null || y === undefined) return -1;
-      return (x < y ? -1 : 1) * dir;
-    });
-    tbody.replaceChildren(...rows.map((t) => h("tr", { class: t.state, "data-trial": t.number },
-      ...cols.map((c) => h("td", {}, (c[2] || c[1])(t) ?? "")))));
-    head.replaceChildren(...cols.map((c, i) => h("th", {
-      class: "sortable", "aria-sort": i === sortBy ? (dir > 0 ? "ascending" : "descending") : "none",
-      onclick: () => { dir = i === sortBy ? -dir : 1; sortBy = i; draw(); },
-    }, c[0], i === sortBy ? (dir > 0 ? " ▲" : " ▼") : "")));
-  }
-  draw();
-  return h("div", { class: "scroll" },
-    h("table", { class: "trials", "data-testid": "trials-table" }, h("thead", {}, head), tbody));
-}
-
-// Round-cost verdict: per speculative trial, mean time per output token against the
-// baseline's at each concurrency, and the level from which it stops paying.
-function verdictTable(jobId, rep) {
-  const rows = rep.round_cost || [];
-  if (!rows.length) return h("p", { class: "meta", text: "No speculative trial measured yet." });
-  if (!rows.some((r) => r.verdicts.length)) {
-    return h("p", { class: "meta", text: "No baseline measured at these levels: no verdict." });
-  }
-  const levels = rep.levels;
-  const base = {};
-  for (const r of rows) for (const v of r.verdicts) base[v.concurrency] = v.baseline_ms_per_token;
-  const head = h("tr", {}, h("th", { text: "trial" }), h("th", { text: "configuration" }),
-    ...levels.map((c) => h("th", { "data-concurrency": c },
-      `concurrency ${c}`, h("br"), h("span", { class: "meta", text: `baseline ${fmt(base[c], 2)} ms/tok` }))),
-    h("th", { text: "stops paying" }));
-  const body = rows.map((r) => {
-    const byC = Object.fromEntries(r.verdicts.map((v) => [v.concurrency, v]));
-    const cells = levels.map((c) => {
-      const v = byC[c];
-      if (!v) return h("td", { text: "–", "data-concurrency": c });
-      // The one verdict (tuner/verdict.py): the speedup's 95% interval above 1, below 1, or holding 1.
-      const pct = Math.abs(v.margin_pct).toFixed(1);
-      const word = v.state === "pays" ? `pays off by ${pct}%`
-        : v.state === "does not pay" ? `does not pay by ${pct}%`
-        : `tied within noise (${v.margin_pct >= 0 ? "+" : "-"}${pct}%)`;
-      const cls = { "pays": "pays", "does not pay": "no-pay", "tied": "tied" }[v.state];
-      return h("td", { class: cls, "data-concurrency": c, "data-pays": v.pays_off, "data-state": v.state,
-        title: `speedup ${v.speedup.toFixed(2)}× [${v.speedup_ci95_low.toFixed(2)}–${v.speedup_ci95_high === null ? "∞" : v.speedup_ci95_high.toFixed(2)}]`,
-        text: `${v.spec_ms_per_token.toFixed(2)} ms/tok, ${word}` });
-    });
-    const cross = r.crossover_concurrency;
-    const where = !r.verdicts.length ? "–"
-      : !r.verdicts.some((v) => v.pays_off) ? "never pays"
-      : cross === null ? (r.verdicts.every((v) => v.pays_off) ? "pays at every level measured"
-        : "pays at the highest level measured")
-      : `stops paying at concurrency ${cross}`;
-    return h("tr", { "data-trial": r.trial_number },
-      h("td", {}, h("a", { href: `#/jobs/${jobId}/trials/${r.trial_number}`, text: `${r.trial_number}` })),
-      h("td", { text: describe(r) }), ...cells, h("td", { class: "crossover", text: where }));
-  });
-  return h("div", { class: "scroll" },
-    h("table", { class: "verdicts", "data-testid": "verdict-table" }, h("thead", {}, head), h("tbody", {}, body)));
 }
 
 export async function jobPage(gen, jobId) {
@@ -123,12 +42,48 @@ export async function jobPage(gen, jobId) {
   const sloErr = h("span", { class: "errors inline", "data-testid": "slo-error" });
   const exportBox = h("div", { class: "exports", "data-testid": "export-panel" });
   const trialsBox = h("div");
+  const historyHost = h("div", { class: "chart" });
+  const objSel = h("select", { id: "history-objective" });
+  const objLabel = h("label", { hidden: true }, "Objective ", objSel);
+  const importanceBox = h("div", { "data-testid": "importance" }, h("p", { class: "meta", text: "Asking…" }));
+  const log = logPanel(jobId);
+  const compareBtn = h("button", { type: "button", id: "compare", disabled: true, text: "Compare selected (0)",
+    onclick: () => { location.hash = `#/jobs/${jobId}/compare/${[...view.selected].sort((a, b) => a - b).join(",")}`; } });
+  const csvBtn = h("button", { type: "button", id: "csv", disabled: true, text: "Download CSV",
+    onclick: () => downloadCsv(`spectune-job-${jobId}-trials.csv`, trialsCsv(trials, job?.objectives)) });
+  const view = { sortBy: 0, dir: 1, selected: new Set() };
   const UNSET = Symbol("unset");
-  let job = null, lastDone = "", slo = null, winner = UNSET;
+  let job = null, lastDone = "", slo = null, winner = UNSET, trials = [], lastRep = null, axes = chartAxes([]);
+  const sloInput = () => (axes.sloMetric === "p99_ttft_ms" ? sloTtft : sloTpot);
 
   const chart = paretoChart(chartHost, {
-    onSlo: (v, final) => { sloTpot.value = v; slo = v; reloadPareto(final); },
+    onSlo: (v, final) => { sloInput().value = v; slo = v; reloadPareto(final); },
+    onOpen: (n) => { location.hash = `#/jobs/${jobId}/trials/${n}`; },
   });
+  function onSelect() {
+    compareBtn.disabled = view.selected.size < 2;
+    compareBtn.textContent = `Compare selected (${view.selected.size})`;
+  }
+  // A measurement of a trial at a Pareto point's level and workload (for an objective the
+  // Pareto answer does not carry).
+  const lookup = (p) => trials.find((t) => t.number === p.trial_number)?.measurements
+    ?.find((m) => m.concurrency === p.concurrency && m.workload === lastRep?.workload) || null;
+  function drawHistory() {
+    if (!job || !lastRep) return;
+    const o = job.objectives.find((x) => x.metric === objSel.value) || job.objectives[0];
+    if (!o) return;
+    const feasible = new Map(lastRep.points.filter((p) => p.concurrency === job.objective_concurrency)
+      .map((p) => [p.trial_number, p.feasible]));
+    historyPlot(historyHost, trials, { metric: o.metric, direction: o.direction, feasible });
+  }
+  objSel.addEventListener("change", drawHistory);
+  async function loadImportance() {
+    try {
+      importancePlot(importanceBox, await api(`/api/jobs/${jobId}/importance`));
+    } catch (err) {
+      importanceBox.replaceChildren(h("p", { class: "errors", text: fieldErrors(err).join("\n") }));
+    }
+  }
 
   app.replaceChildren(head,
     h("section", { class: "card" }, h("h2", { text: "Pareto front" }),
@@ -145,9 +100,22 @@ export async function jobPage(gen, jobId) {
         h("i", { class: "key confirmed" }), " confirmed by a second launch ",
         h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
       summary, whyBox, alsoBox),
+    h("section", { class: "card" }, h("h2", { text: "History" }),
+      h("div", { class: "row controls" }, objLabel),
+      historyHost,
+      h("p", { class: "legend" },
+        h("span", { class: "key feasible" }), "feasible ", h("span", { class: "key infeasible" }),
+        "infeasible under the chart's SLO at the objectives' concurrency ", h("span", { class: "key unplotted" }),
+        "not a point of the chart ", h("span", { class: "key best" }),
+        "best feasible so far ", h("span", { class: "key failed", text: "×" }), " failed or pruned"),
+      h("h3", { text: "What moved the first objective" }), importanceBox),
     h("section", { class: "card" }, h("h2", { text: "Round-cost verdict" }), verdictNote, verdictBox),
     h("section", { class: "card" }, h("h2", { text: "Export the winner" }), exportBox),
-    h("section", { class: "card" }, h("h2", { text: "Trials" }), trialsBox));
+    log.card,
+    h("section", { class: "card" }, h("h2", { text: "Trials" }),
+      h("div", { class: "row" }, compareBtn, csvBtn,
+        h("span", { class: "meta", text: "Tick two or more trials to compare them side by side." })),
+      trialsBox));
 
   let pTimer = 0, seq = 0;
   function reloadPareto(now = true) {
@@ -173,8 +141,11 @@ export async function jobPage(gen, jobId) {
       }
       if (!sloTpot.value && rep.slo.p99_tpot_ms) sloTpot.value = rep.slo.p99_tpot_ms;
       if (!sloTtft.value && rep.slo.p99_ttft_ms) sloTtft.value = rep.slo.p99_ttft_ms;
-      slo = rep.slo.p99_tpot_ms ?? null;
-      chart.render(rep, slo, { rescale: false });
+      lastRep = rep;
+      axes = chartAxes(rep.objectives);
+      slo = axes.sloMetric ? rep.slo[axes.sloMetric] ?? null : null;
+      chart.render(rep, slo, { rescale: false, axes, lookup });
+      drawHistory();
       verdictNote.textContent = `Mean time per output token of each speculative configuration against the ` +
         `baseline's at the same concurrency (workload ${rep.workload}): speculation pays when it is lower.`;
       verdictBox.replaceChildren(verdictTable(jobId, rep));
@@ -214,8 +185,8 @@ export async function jobPage(gen, jobId) {
     if (!(await exportPanel(exportBox, jobId, w, params, available))) winner = UNSET;
   }
   for (const e of [sloTpot, sloTtft]) e.addEventListener("input", () => {
-    const v = Number(sloTpot.value);
-    chart.placeSlo(sloTpot.value && v > 0 ? v : null);
+    const v = Number(sloInput().value);
+    chart.placeSlo(sloInput().value && v > 0 ? v : null);
     reloadPareto(false);
   });
   levelSel.addEventListener("change", () => reloadPareto());
@@ -234,6 +205,13 @@ export async function jobPage(gen, jobId) {
     }
     if (!isCurrent(gen)) return false;
     showBanner("");
+    announce(`Job #${job.id} ${job.state}: ${job.trials_done} of ${job.n_trials} trials done` +
+      (job.trials_failed ? `, ${job.trials_failed} failed` : ""));
+    log.update(job.state === "running");
+    if (!objSel.options.length && job.objectives.length) {
+      objSel.replaceChildren(...job.objectives.map((o) => h("option", { value: o.metric, text: metricLabel(o.metric) })));
+      objLabel.hidden = job.objectives.length < 2;
+    }
     const cancel = h("button", { type: "button", id: "cancel", text: "Cancel job",
       disabled: ENDED.includes(job.state) || job.cancel_requested,
       onclick: async () => {
@@ -254,8 +232,11 @@ export async function jobPage(gen, jobId) {
     if (done !== lastDone) {
       lastDone = done;
       const page = await api(`/api/jobs/${jobId}/trials`, { params: { limit: 1000 } });
-      trialsBox.replaceChildren(trialsTable(jobId, page.items));
+      trials = page.items;
+      csvBtn.disabled = !trials.length;
+      trialsBox.replaceChildren(trialsTable(jobId, trials, view, onSelect));
       winner = UNSET;
+      loadImportance();
       await loadPareto();
     }
     return !ENDED.includes(job.state);

@@ -7,7 +7,7 @@ import { app, h, handle, isCurrent, showBanner, stateBadge } from "./util.js";
 export async function jobsPage(gen) {
   const list = h("tbody");
   const errors = h("ul", { class: "errors", "data-testid": "form-errors" });
-  const presetSel = h("select", { id: "preset", name: "preset" });
+  const presetSel = h("select", { id: "preset", name: "preset", "aria-label": "Preset" });
   const yaml = h("textarea", { id: "yaml", rows: 16, spellcheck: "false", hidden: true,
     placeholder: "name: my-space\nengine: {model: ../models/tiny/target}\n…" });
   const trials = h("input", { id: "trials", type: "number", min: 1, max: 10000, placeholder: "from the space" });
@@ -86,7 +86,8 @@ export async function jobsPage(gen) {
     h("section", { class: "card" }, form),
     h("section", { class: "card" }, h("h2", { text: "Jobs" }),
       h("table", { class: "jobs", "data-testid": "jobs-table" },
-        h("thead", {}, h("tr", {}, ...["id", "name", "state", "progress", "created", ""].map((t) => h("th", { text: t })))),
+        h("thead", {}, h("tr", {}, ...["id", "name", "state", "progress", "created"].map((t) => h("th", { scope: "col", text: t })),
+          h("th", { scope: "col" }, h("span", { class: "sr-only", text: "open" })))),
         list)));
 
   try {

@@ -2,7 +2,7 @@
 // the latency distributions (histograms of the per-request values where kept).
 
 import { api } from "./api.js";
-import { bars, histogram } from "./chart.js";
+import { bars, histogram } from "./plots.js";
 import { app, describe, fmt, h, handle, int, isCurrent, pct } from "./util.js";
 
 export async function trialPage(gen, jobId, number) {
@@ -72,12 +72,12 @@ export async function trialPage(gen, jobId, number) {
     h("section", { class: "card" },
       h("p", {}, h("a", { href: `#/jobs/${jobId}`, text: `← job #${jobId}` })),
       h("h1", { text: `Trial ${t.number} · ${describe(t)} · ${t.state}` }),
-      h("pre", { class: "params", text: JSON.stringify(t.params, null, 2) }),
+      h("pre", { class: "params", tabindex: 0, text: JSON.stringify(t.params, null, 2) }),
       t.state === "complete" ? h("p", { class: "meta", "data-testid": "trial-memory", text: memory.join(" · ") }) : null,
       t.fail_reason ? h("p", { class: "errors", text: `failed: ${t.fail_reason}` }) : null,
       t.reused_from !== null ? h("p", { class: "meta", text: `Same engine configuration as trial ${t.reused_from}: its measurement is reused.` }) : null),
     ...sections,
     t.fail_detail || t.log_tail
-      ? h("section", { class: "card" }, h("h2", { text: "Engine log (tail)" }), h("pre", { class: "log", text: t.fail_detail || t.log_tail }))
+      ? h("section", { class: "card" }, h("h2", { text: "Engine log (tail)" }), h("pre", { class: "log", tabindex: 0, text: t.fail_detail || t.log_tail }))
       : "");
 }

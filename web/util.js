@@ -1,10 +1,12 @@
-// Shared by every page: the element builder, number formatters, the error banner, the
-// navigation generation, clipboard copy, and the one table of methods (configuration labels).
+// Shared by every page: the element builder, number formatters, the error banner, the one
+// polite live region (announce), the navigation generation, clipboard copy, the metric names,
+// and the one table of methods (configuration labels).
 
 import { ApiError, fieldErrors } from "./api.js";
 
 export const app = document.getElementById("app");
 const banner = document.getElementById("banner");
+const liveRegion = document.getElementById("status");
 export const ENDED = ["succeeded", "failed", "cancelled"];
 
 // Bumps on navigation; a page's pollers and late answers stop once theirs is stale.
@@ -34,6 +36,11 @@ export function showBanner(msg) {
   banner.hidden = !msg;
 }
 
+// The page's one polite live region: a status change is said once, not every refresh.
+export function announce(msg) {
+  if (liveRegion.textContent !== msg) liveRegion.textContent = msg;
+}
+
 export function handle(err) {
   if (err instanceof ApiError && err.status === 401) {
     showBanner("This server needs an API token: paste it in the box at the top right.");
@@ -54,6 +61,32 @@ export async function copyText(text) {
     ta.value = text;
     document.body.append(ta); ta.select(); document.execCommand("copy"); ta.remove();
   }
+}
+
+// --------------------------------------------------------------------------- metrics
+
+// Every metric an objective may name (tuner/space/_space.py METRIC_DIRECTIONS), with its
+// better direction, and the measured quantities the pages show beside them.
+export const METRIC_DIRECTIONS = {
+  output_tok_per_s: "maximize", requests_per_s: "maximize", goodput_req_per_s: "maximize",
+  p50_tpot_ms: "minimize", p90_tpot_ms: "minimize", p99_tpot_ms: "minimize",
+  p50_ttft_ms: "minimize", p90_ttft_ms: "minimize", p99_ttft_ms: "minimize",
+  p50_e2e_ms: "minimize", p90_e2e_ms: "minimize", p99_e2e_ms: "minimize", p99_itl_ms: "minimize",
+};
+const NAMED = {
+  output_tok_per_s: "output tokens/s", requests_per_s: "requests/s", goodput_req_per_s: "goodput (requests/s)",
+  acceptance_rate: "acceptance rate", mean_acceptance_length: "mean acceptance length",
+};
+export function metricLabel(m) {
+  if (NAMED[m]) return NAMED[m];
+  const q = String(m).match(/^(p\d+)_(tpot|ttft|e2e|itl)_ms$/);
+  return q ? `${q[1]} ${q[2] === "e2e" ? "end-to-end" : q[2].toUpperCase()} (ms)` : m;
+}
+
+// The 95% interval over the repeats of a measurement's metric, or null (one run has none).
+export function interval(m, name) {
+  const st = m?.stats?.[name];
+  return st && st.n > 1 && st.ci95_low != null && st.ci95_high != null ? [Math.max(0, st.ci95_low), st.ci95_high] : null;
 }
 
 // --------------------------------------------------------------------------- methods

@@ -197,7 +197,7 @@ def test_bad_submission_is_422_naming_the_field_and_stores_nothing(
 ):
     r = client.post("/api/jobs", json=body)
     assert r.status_code == 422, r.text
-    errors = r.json()["detail"]
+    errors = r.json()["errors"]
     assert any(e["loc"] == loc and msg in e["msg"] for e in errors), errors
     assert job_count(settings.database_url) == 0
     assert optuna.study.get_all_study_names(settings.database_url) == []
@@ -471,7 +471,7 @@ def test_a_job_with_several_workloads_reports_each(client):
         assert r.status_code == 200 and r.json()["workload"] == (wl or "chat")
         assert r.json()["points"] == [] and r.json()["round_cost"] == []  # nothing run yet
     r = client.get(f"/api/jobs/{job['id']}/pareto", params={"workload": "summarization"})
-    assert r.status_code == 422 and "'chat', 'code_completion'" in r.json()["detail"][0]["msg"]
+    assert r.status_code == 422 and "'chat', 'code_completion'" in r.json()["errors"][0]["msg"]
 
 
 @pytest.mark.parametrize(
@@ -486,7 +486,7 @@ def test_a_job_with_several_workloads_reports_each(client):
 def test_pareto_bad_query_is_422(done, params, loc):
     c, job_id, _ = done
     r = c.get(f"/api/jobs/{job_id}/pareto", params=params)
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == loc
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == loc
 
 
 def test_export(done):
@@ -553,7 +553,73 @@ def test_typed_client(done):
     assert [p.name for p in api.presets()] == ["fake-small"]
     with pytest.raises(ApiError) as e:
         api.submit(preset="no-such")
-    assert e.value.status == 422 and e.value.detail[0]["loc"] == ["body", "preset"]
+    assert e.value.status == 422 and e.value.errors[0]["loc"] == ["body", "preset"]
     with pytest.raises(ApiError) as e:
         api.job(12345)
     assert e.value.status == 404
+
+
+# --------------------------------------------------------------------------- REST conventions
+
+
+def test_openapi_operation_ids_and_problem_responses(client):
+    doc = client.get("/openapi.json").json()
+    ops = [(p, m, op) for p, item in doc["paths"].items() for m, op in item.items()]
+    ids = [op["operationId"] for _, _, op in ops]
+    assert len(ids) == len(set(ids))
+    assert {"submit_job", "get_job", "cancel_job", "get_pareto", "export_winner"} <= set(ids)
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for path, method, op in ops:
+        codes = op["responses"]
+        if path.startswith("/api/"):
+            assert "429" in codes, (method, path)
+        if op.get("security"):
+            assert {"401", "503"} <= set(codes), (method, path)
+        for code, resp in codes.items():
+            if int(code) >= 400 and path != "/readyz":
+                assert resp["content"] == problem, (method, path, code)
+    submit = doc["paths"]["/api/jobs"]["post"]
+    assert {"200", "201", "409", "413", "422"} <= set(submit["responses"])
+    assert any(
+        p["name"] == "Idempotency-Key" and p["in"] == "header" for p in submit["parameters"]
+    )
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+def test_errors_are_problem_documents(client):
+    r = client.get("/api/jobs/999")
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json() == {
+        "type": "about:blank",
+        "title": "Not Found",
+        "status": 404,
+        "detail": "job 999 not found",
+        "instance": "/api/jobs/999",
+    }
+    r = client.post("/api/jobs", json={"preset": "fake-small", "trials": 0})
+    body = r.json()
+    assert r.status_code == 422 and body["type"] == "urn:spectune:problem:validation-error"
+    assert body["errors"][0]["loc"] == ["body", "trials"] and "body.trials" in body["detail"]
+
+
+def test_idempotency_key_header_wins_over_the_body(client, settings):
+    body = {"preset": "fake-small", "idempotency_key": "from-body"}
+    first = client.post("/api/jobs", json=body, headers={"Idempotency-Key": "h-1"})
+    assert first.status_code == 201
+    # the same header, another body key: the header decides, so it is a repeat
+    again = client.post(
+        "/api/jobs", json={"preset": "fake-small"}, headers={"Idempotency-Key": "h-1"}
+    )
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    # the body's key was not used: it still makes a new job
+    assert client.post("/api/jobs", json=body).status_code == 201
+    other = client.post(
+        "/api/jobs", json={"preset": "fake-small", "trials": 2}, headers={"Idempotency-Key": "h-1"}
+    )
+    assert other.status_code == 409 and other.headers["content-type"] == "application/problem+json"
+    bad = client.post("/api/jobs", json=body, headers={"Idempotency-Key": "has space"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["loc"] == [
+        "header",
+        "Idempotency-Key",
+    ]
+    assert job_count(settings.database_url) == 2

@@ -34,7 +34,7 @@ def client(settings: ServiceSettings):
 
 def _locs(r) -> list[list]:
     assert r.status_code == 422, (r.status_code, r.text[:500])
-    return [e["loc"] for e in r.json()["detail"]]
+    return [e["loc"] for e in r.json()["errors"]]
 
 
 @pytest.mark.parametrize(

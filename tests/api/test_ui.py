@@ -4,15 +4,14 @@ The server is the real app under uvicorn on a free loopback port, with its embed
 only the engine is the FAKE OpenAI server (a test-only constructor argument), so the job runs
 in seconds. The chart's numbers here measure nothing real.
 
-Set SPECTUNE_UPDATE_SCREENSHOT=1 to refresh docs/job-page.png from this run.
+The README's screenshots come from scripts/screenshots.py (labelled as FAKE data), not from here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
-import shutil
 import socket
 import sys
 import threading
@@ -47,11 +46,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def live(tmp_path):
-    make_space_dir(tmp_path, FAKE_PRESET_CONFIRM)  # confirms the best configuration at the end
+@contextlib.contextmanager
+def serve(tmp_path: Path, preset: str = FAKE_PRESET_CONFIRM, launcher: list[str] = FAKE_LAUNCHER):
+    """The real app under uvicorn on a free port, its worker launching ``launcher``."""
+    make_space_dir(tmp_path, preset)
     settings = make_settings(tmp_path, port=_free_port())
-    app = create_app(settings, launcher=FAKE_LAUNCHER)
+    app = create_app(settings, launcher=launcher)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning")
     )
@@ -61,28 +61,45 @@ def live(tmp_path):
     while not server.started:
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{settings.port}"
-    server.should_exit = True
-    t.join(timeout=30)
+    try:
+        yield f"http://127.0.0.1:{settings.port}"
+    finally:
+        server.should_exit = True
+        t.join(timeout=30)
 
 
 @pytest.fixture
-def page(live):
+def live(tmp_path):
+    with serve(tmp_path) as base:  # confirms the best configuration at the end
+        yield base
+
+
+@contextlib.contextmanager
+def browser_page(base: str):
+    """A chromium page on ``base`` that records console errors in ``page.console_errors``."""
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
-        ctx = browser.new_context(viewport={"width": 1200, "height": 900})
-        ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=live)
+        ctx = browser.new_context(viewport={"width": 1200, "height": 900}, accept_downloads=True)
+        ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
         pg = ctx.new_page()
         pg.set_default_timeout(20_000)
         pg.console_errors = []  # type: ignore[attr-defined]
         pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
         pg.on("pageerror", lambda e: pg.console_errors.append(f"page error: {e}"))
-        pg.base = live  # type: ignore[attr-defined]
+        pg.base = base  # type: ignore[attr-defined]
+        try:
+            yield pg
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(live):
+    with browser_page(live) as pg:
         yield pg
-        browser.close()
 
 
 def _feasible_count(page) -> int:
@@ -125,7 +142,12 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     assert page.locator("rect[data-testid=pareto-point]").count() >= 1  # the baseline
     assert page.locator(".winner-ring").count() == 1
     # Why the winner won, from the API's sentences.
-    page.wait_for_selector("[data-testid=why-winner] li")
+    # (The page may still show the answer it had before the job ended: wait for the last one.)
+    page.wait_for_function(
+        """w => JSON.stringify([...document.querySelectorAll('[data-testid=why-winner] li')]
+        .map(l => l.textContent)) === JSON.stringify(w)""",
+        arg=rep["why"],
+    )
     why = page.locator("[data-testid=why-winner] li").all_inner_texts()
     assert why == rep["why"] and why
     assert any("Time per committed token" in t or "baseline won" in t for t in why)
@@ -262,8 +284,6 @@ def test_submit_watch_move_slo_and_copy_the_winner(page, tmp_path):
     shot = tmp_path / "job-page.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    if os.environ.get("SPECTUNE_UPDATE_SCREENSHOT") == "1":
-        shutil.copy(shot, REPO / "docs" / "job-page.png")
 
     # The trial page: per-position acceptance and latency distributions.
     spec_trial = next(p["trial_number"] for p in rep["points"] if p["method"] != "none")

@@ -22,8 +22,8 @@ from tuner.worker import Worker
 
 
 @pytest.fixture
-def svc(tmp_path):
-    s = make_settings(tmp_path)
+def svc(tmp_path, any_db_url):
+    s = make_settings(tmp_path, database_url=any_db_url)  # SQLite and PostgreSQL
     with TestClient(create_app(s, run_worker=False)) as c:
         yield c, s
 
@@ -103,14 +103,17 @@ def test_a_dead_workers_job_is_resumed_after_its_heartbeat_stops(svc):
     with session_scope(url) as sess:
         sess.get(JobModel, job_id).heartbeat_at = utcnow() - timedelta(seconds=120)
     w = Worker(
-        store, work_dir=s.work_dir, launcher=FAKE_LAUNCHER, heartbeat_s=0.5, stale_after_s=5
+        store, work_dir=s.work_dir, launcher=FAKE_LAUNCHER, heartbeat_s=0.5, stale_after_s=2
     )
     assert w.run_once() == job_id
     job = c.get(f"/api/jobs/{job_id}").json()
-    assert job["state"] == "succeeded" and job["trials_done"] == 3
+    # the lost trial is failed and run once more; the budget still buys 3 measured trials
+    assert job["state"] == "succeeded" and job["trials_done"] == 4
     trials = c.get(f"/api/jobs/{job_id}/trials").json()["items"]
     assert trials[0]["state"] == "fail" and trials[0]["fail_reason"] == "interrupted"
-    assert [t["state"] for t in trials[1:]] == ["complete", "complete"]
+    assert [t["state"] for t in trials[1:]] == ["complete", "complete", "complete"]
+    done = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=url).trials
+    assert [t.system_attrs.get("failed_trial") for t in done].count(orphan.number) == 1
     assert store.job(job_id).claimed_by is None
 
 
@@ -120,9 +123,9 @@ SLOW = FAKE_PRESET.replace("max_tokens: 12", "max_tokens: 300").replace(
 
 
 @pytest.fixture
-def slow(tmp_path):
+def slow(tmp_path, any_db_url):
     make_space_dir(tmp_path, SLOW)
-    s = make_settings(tmp_path)
+    s = make_settings(tmp_path, database_url=any_db_url)
     with TestClient(create_app(s, run_worker=False)) as c:
         yield c, s
 
@@ -184,8 +187,8 @@ def test_stopping_a_worker_puts_its_job_back_in_the_queue(slow):
     assert store.request_cancel(job_id).state == "cancelled"  # still cancellable
 
 
-def test_service_migration_upgrades_and_downgrades(tmp_path):
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+def test_service_migration_upgrades_and_downgrades(any_db_url):
+    url = any_db_url
     upgrade(url, "v0.1.0.a")
     service_cols = {"for_worker", "idempotency_key", "claimed_by", "heartbeat_at"}
 
@@ -198,3 +201,20 @@ def test_service_migration_upgrades_and_downgrades(tmp_path):
     assert current_revision(url) == "v0.2.0.a" and service_cols <= cols()
     command.downgrade(_alembic_config(url), "v0.1.0.a")
     assert current_revision(url) == "v0.1.0.a" and not service_cols & cols()
+
+
+def test_workers_migration_upgrades_and_downgrades(tmp_path):
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade(url, "v0.5.0.a")
+
+    def cols(table: str) -> set[str]:
+        get_engine(url).dispose()
+        return {c["name"] for c in inspect(get_engine(url)).get_columns(table)}
+
+    assert "trials_started" not in cols("spectune_jobs")
+    upgrade(url, "v0.5.0.b")
+    assert current_revision(url) == "v0.5.0.b" and "trials_started" in cols("spectune_jobs")
+    assert {"worker_id", "devices"} <= cols("spectune_trials")
+    command.downgrade(_alembic_config(url), "v0.5.0.a")
+    assert "trials_started" not in cols("spectune_jobs")
+    assert not {"worker_id", "devices"} & cols("spectune_trials")

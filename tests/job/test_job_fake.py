@@ -14,7 +14,7 @@ import optuna
 from tests.conftest import TINY
 from tests.fake_space import SPACE, _space
 from tuner import cli
-from tuner.job import create_job, run_job
+from tuner.job import WorkerContext, create_job, run_job
 from tuner.pareto import job_report
 from tuner.space import loads_space
 from tuner.storage import JobModel, Store, TrialModel
@@ -232,10 +232,13 @@ def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launc
                 engine_key="x",
             )
         )
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    fast = WorkerContext(heartbeat_s=1, grace_s=2, poll_s=0.2)  # the orphan is lost after 2 s
+    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher, worker=fast)
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     states = [t.state.name for t in study.trials]
-    assert states[0] == "FAIL" and states.count("COMPLETE") == 2 and len(states) == 3
+    # the lost trial is failed and run once more: the budget still buys 3 measured trials
+    assert states[0] == "FAIL" and states.count("COMPLETE") == 3 and len(states) == 4
+    assert [t.system_attrs.get("failed_trial") for t in study.trials].count(0) == 1
     with Store(db_url).session() as s:
         assert s.get(JobModel, job_id).state == "succeeded"
         r0 = s.query(TrialModel).filter_by(job_id=job_id, number=0).one()

@@ -130,22 +130,20 @@ def test_search_efficiency_benchmark_on_a_fake_surface(tmp_path, capsys, monkeyp
     sys.modules.pop("search_efficiency", None)
     import search_efficiency
 
-    assert search_efficiency.main(["--surface", str(surface), "--seeds", "3"]) == 0
+    strategies = "spectune,tpe,random,random_analytic,grid"
+    argv = ["--surface", str(surface), "--seeds", "3", "--strategies", strategies]
+    assert search_efficiency.main(argv) == 0
     out = capsys.readouterr().out
     final = json.loads(out.strip().splitlines()[-1])
-    assert set(final) >= {
-        "spectune_trials_ratio",
-        "tpe_trials_ratio",
-        "random_trials_ratio",
-        "spectune_hv_at_25pct",
-    }
-    assert final["grid_size"] == 42
-    # The fake's best (draft k=3, batch 4) is a start point: the 3rd trial after the baseline
+    assert final["configurations"] == 42 and final["simulated"] is False
+    assert set(final["strategies"]) == set(strategies.split(","))
+    for row in final["strategies"].values():
+        assert {"launches_to_success_median", "success_rate"} <= set(row)
+    # The fake's best (draft k=3, batch 4) is a start point: the 3rd launch after the baseline
     # and the n-gram start point.
-    assert final["spectune_trials_ratio"] == pytest.approx(3 / 42, abs=1e-3)
-    assert 0 < final["spectune_hv_at_25pct"] <= 1.0
-    assert 0 < final["tpe_trials_ratio"] and 0 < final["random_trials_ratio"]
-    assert "grid" in out and "1.000" in out  # the grid needs all of its launches
+    assert final["strategies"]["spectune"]["launches_to_success_median"] == 3.0
+    assert final["strategies"]["grid"]["launches_to_success_median"] > 3.0
+    assert set(final["wilcoxon_p"]) == {"tpe", "random"}
 
 
 def test_warm_start_enqueues_the_best_of_earlier_jobs_on_the_same_target(

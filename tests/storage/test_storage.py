@@ -1,19 +1,32 @@
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import optuna
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.pool import NullPool
 
+from tuner import cli
 from tuner.storage import (
     VERSION_TABLE,
     SchemaOutOfDate,
     StorageError,
     Store,
     current_revision,
+    database_problem,
     ensure_schema,
     head_revision,
+    upgrade,
 )
+from tuner.storage._db import upgrade_command
 from tuner.storage._models import JobModel
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_new_database_gets_our_schema_beside_optunas(db_url):
@@ -87,3 +100,87 @@ def test_real_v0_2_0_a_database_upgrades_and_keeps_its_results(tmp_path):
     optuna_study = optuna.load_study(study_name="spectune-job-1", storage=url)
     assert len(optuna_study.trials) == 10
     json.dumps(recs)  # still serialisable for `spectune trials --json`
+
+
+def test_stale_schema_message_names_the_exact_upgrade_command(db_url):
+    upgrade(db_url, "v0.2.0.a")
+    with pytest.raises(SchemaOutOfDate) as e:
+        ensure_schema(db_url)
+    assert str(e.value).endswith(f"Run: spectune db upgrade --db {db_url}")
+    assert database_problem(db_url) == f"database schema at v0.2.0.a, need {head_revision()}"
+    assert cli.main(["db", "upgrade", "--db", db_url]) == 0  # the command does fix it
+    ensure_schema(db_url)
+    assert database_problem(db_url) is None
+
+
+def test_the_upgrade_command_hides_the_password_and_quotes_the_url():
+    url = "postgresql://u:s3cret@db.internal:5432/spectune?sslmode=require&application_name=x"
+    cmd = upgrade_command(url)
+    assert "s3cret" not in cmd
+    assert cmd.startswith(
+        "spectune db upgrade --db 'postgresql://u:***@db.internal:5432/spectune?"
+    )
+    assert cmd.endswith("(with the real password for ***)")
+    assert upgrade_command("sqlite:////tmp/x.db") == "spectune db upgrade --db sqlite:////tmp/x.db"
+
+
+def test_an_unreachable_server_is_a_storage_error_naming_the_database():
+    url = "postgresql://spectune:pw@127.0.0.1:1/spectune"  # nothing listens on port 1
+    with pytest.raises(StorageError, match=re.escape("cannot open database")) as e:
+        ensure_schema(url)
+    assert "postgresql://spectune:***@127.0.0.1:1/spectune" in str(e.value)
+    assert "pw@" not in str(e.value)
+    assert database_problem(url) == "database: OperationalError"
+
+
+def test_processes_starting_on_a_new_database_at_once_all_find_the_schema(db_url):
+    """A service and its workers started together each migrate a new database; on
+    PostgreSQL the later ones wait for the first (migrations/env.py) and find it done."""
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            ensure_schema(db_url)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and current_revision(db_url) == head_revision()
+
+
+def test_processes_migrating_a_new_database_at_once_take_turns(db_url):
+    code = "import sys; from tuner.storage import ensure_schema; ensure_schema(sys.argv[1])"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, db_url],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 3, outs
+    assert current_revision(db_url) == head_revision()
+
+
+def test_every_migration_runs_down_and_up_again(db_url):
+    """Each revision's downgrade undoes it on this backend, so the chain can be walked back."""
+    from alembic import command
+
+    from tuner.storage._db import _alembic_config
+
+    ensure_schema(db_url)
+    command.downgrade(_alembic_config(db_url), "base")
+    assert current_revision(db_url) is None
+    tables = set(inspect(create_engine(db_url, poolclass=NullPool)).get_table_names())
+    assert not {t for t in tables if t.startswith("spectune_") and t != VERSION_TABLE}
+    upgrade(db_url)
+    assert current_revision(db_url) == head_revision() and database_problem(db_url) is None

@@ -2,77 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tuner.api._errors import validation_error_response
-from tuner.api.routes import exports, health, jobs, pareto, search_spaces, trials
+from tuner.api._errors import install_problem_handlers
+from tuner.api._limits import BodyLimit, RateLimit
+from tuner.api._openapi import install_openapi, operation_id
+from tuner.api.routes import (
+    exports,
+    health,
+    importance,
+    jobs,
+    logs,
+    metrics,
+    pareto,
+    search_spaces,
+    trials,
+)
 from tuner.api.settings import ServiceSettings
-from tuner.storage import JobNotFound, SchemaOutOfDate, StorageError, Store, TrialNotFound
+from tuner.storage import Store
 from tuner.worker import Worker
 
 __all__ = ["create_app"]
-
-
-class BodyLimit:
-    """413 for a request body over ``max_bytes``, whether or not it declares its length.
-
-    Pure ASGI so the body is counted before FastAPI parses (and buffers) it."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._too_large(send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(body)
-            more = msg.get("more_body", False)
-        buffered = b"".join(chunks)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": buffered, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Send) -> None:
-        resp = JSONResponse(
-            {"detail": f"request body over {self.max_bytes} bytes"}, status_code=413
-        )
-        await resp({"type": "http"}, _no_receive, send)
-
-
-async def _no_receive() -> Message:
-    return {"type": "http.disconnect"}
 
 
 def create_app(
@@ -114,32 +70,26 @@ def create_app(
     app = FastAPI(
         title="SpecTune",
         summary="Tune speculative decoding with real engines: jobs, trials, Pareto, export.",
-        version="0.2.0",
+        version="0.5.0",
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.worker = None
+    app.state.metrics_registry, latency = metrics.make_registry(settings.database_url)
+    # The last added sees a request first: timing, then the client's rate, then body size.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RateLimit, rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
+    app.add_middleware(metrics.RequestMetrics, latency=latency)
 
-    for r in (health, jobs, trials, pareto, exports, search_spaces):
+    for r in (health, metrics, jobs, trials, pareto, exports, search_spaces, logs, importance):
         app.include_router(r.router)
 
-    app.add_exception_handler(RequestValidationError, validation_error_response)
-
-    @app.exception_handler(JobNotFound)
-    @app.exception_handler(TrialNotFound)
-    async def _not_found(_req: Request, exc: LookupError) -> JSONResponse:
-        # The one place a missing job or trial becomes a 404 (the store raises them).
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(SchemaOutOfDate)
-    async def _schema(_req: Request, exc: SchemaOutOfDate) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(StorageError)
-    async def _storage(_req: Request, exc: StorageError) -> JSONResponse:
-        return JSONResponse({"detail": "database unavailable"}, status_code=503)
+    install_problem_handlers(app)
+    install_openapi(app)
 
     if settings.web_dir.is_dir():
         app.mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web")
+    else:  # said out loud: an API without its UI looks like a broken install otherwise
+        logging.getLogger("spectune").warning("web UI NOT served: no %s", settings.web_dir)
     return app

@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tuner.api.services.pareto import ReportQuery
 from tuner.api.settings import ServiceSettings, token_matches
-from tuner.storage import Store
+from tuner.storage import Store, token_state
 
 __all__ = [
     "MAX_OFFSET",
@@ -39,22 +39,33 @@ def get_store(settings: SettingsDep) -> Store:
 
 StoreDep = Annotated[Store, Depends(get_store)]
 
-_bearer = HTTPBearer(auto_error=False, description="a token whose SHA-256 is configured")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="a token from `spectune token create`, or one whose SHA-256 is configured",
+)
 
 
 def require_token(
     settings: SettingsDep,
+    store: StoreDep,
     cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """With auth on, every write and every read of job data needs a configured token."""
-    if not settings.auth_enabled:
+    """With auth on, every write and every read of job data needs a valid token.
+
+    Auth is on when a digest is configured, ``require_auth`` is set, or the database holds any
+    token (revoked ones too, so revoking the last token never opens the server). The
+    database is asked on every request: a revoked token fails on its next use."""
+    presented = cred.credentials if cred is not None else None
+    if presented is not None and token_matches(presented, settings.api_token_sha256):
         return
-    if cred is None or not token_matches(cred.credentials, settings.api_token_sha256):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or unknown bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    stored, valid = token_state(store.url, presented)
+    if valid or not (settings.auth_enabled or stored):
+        return
+    raise HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        "missing, unknown or revoked bearer token",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 Authorized = Depends(require_token)

@@ -1,7 +1,7 @@
 """Request and response bodies of the REST API (separate create and public models).
 
-Frozen, extra fields refused, units in the names. ``tuner.client`` parses answers into these,
-so a pipeline gets the same types the server validated.
+Frozen, extra fields refused, units in the names. ``tuner.client`` keeps small tolerant
+copies of the answers (it must not import this module's server-side dependencies).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "ExportFormatList",
     "ExportFormatPublic",
     "ExportPublic",
+    "FieldError",
     "HostedReference",
     "JobCreate",
     "JobList",
@@ -27,6 +28,7 @@ __all__ = [
     "JobState",
     "ParetoPoint",
     "ParetoPublic",
+    "Problem",
     "RoundCostTrial",
     "RoundCostVerdict",
     "SearchSpacePreset",
@@ -45,6 +47,27 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class FieldError(BaseModel):
+    """One refused field: where (``["body", "slo", "p99_tpot_ms"]``), why, and a kind."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """Every 4xx/5xx answer, as RFC 9457 ``application/problem+json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field("about:blank", description="a URI naming the kind of problem")
+    title: str = Field(description="short, the same for every problem of this type")
+    status: int = Field(ge=100, le=599)
+    detail: str = Field(description="what went wrong with this request, for a person")
+    instance: str | None = Field(None, description="the request path it happened on")
+    errors: list[FieldError] | None = Field(None, description="422: one entry per field")
+
+
 class JobCreate(_Frozen):
     """Exactly one of ``preset``, ``search_space`` or ``search_space_yaml``."""
 
@@ -61,7 +84,12 @@ class JobCreate(_Frozen):
     trials: int | None = Field(None, ge=1, le=10_000, description="overrides the space's")
     slo: SLO | None = Field(None, description="overrides the space's SLO limits it names")
     idempotency_key: str | None = Field(
-        None, min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$"
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[\x21-\x7e]+$",
+        description="for older clients: send the Idempotency-Key header instead (it wins)",
+        json_schema_extra={"deprecated": True},
     )
 
     @field_validator("search_space")

@@ -1,9 +1,15 @@
 """Service settings (``SPECTUNE_*`` environment variables, or arguments of ``spectune serve``).
 
 Unsafe combinations are refused at start-up rather than served: a server with no tokens on an
-address other than loopback needs ``allow_unauthenticated_remote`` said out loud, and tokens
-are only ever configured as SHA-256 digests (a plaintext token in the environment would leak
+address other than loopback needs ``require_auth`` (tokens kept in the database, made by
+``spectune token create``) or ``allow_unauthenticated_remote`` said out loud, and tokens are
+only ever configured as SHA-256 digests (a plaintext token in the environment would leak
 through ``ps``, crash reports and the like).
+
+Paths a submitted job names (models, drafts, heads, workload files, a replay surface) must
+resolve, symlinks followed, inside ``search_spaces_dir``, the repository's ``models/`` or a
+folder in ``path_roots``; otherwise a submitter could have the worker read any file the
+service can.
 
 A job submitted through the API runs with the service's environment, so its ``hosted:``
 references may only name the key variables in ``hosted_api_key_envs`` and the hosts in
@@ -26,6 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tuner import _resources
 from tuner.storage import DEFAULT_DATABASE_URL
 
 __all__ = ["REPO_DIR", "ServiceSettings", "hash_token", "token_matches"]
@@ -84,12 +91,32 @@ class ServiceSettings(BaseSettings):
         description="SHA-256 hex digests of the accepted bearer tokens, comma-separated. "
         "Empty: auth off (then the server binds to loopback only).",
     )
+    require_auth: bool = Field(
+        False,
+        description="Refuse job data without a valid token even before any token exists "
+        "(tokens from `spectune token create`). Auth is also on whenever a token exists.",
+    )
     allow_unauthenticated_remote: bool = False
     embedded_worker: bool = True
     work_dir: Path = Path(".spectune")
-    search_spaces_dir: Path = REPO_DIR / "search_spaces"
-    web_dir: Path = REPO_DIR / "web"
+    # Bundled in the wheel or the checkout's folders (tuner/_resources.py).
+    search_spaces_dir: Path = _resources.search_spaces_dir()
+    web_dir: Path = _resources.web_dir()
     max_body_bytes: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 256 * 1024
+    rate_limit_per_s: Annotated[float, Field(ge=0, le=100_000)] = Field(
+        20.0, description="Requests per second each client may make to /api (0: no limit)."
+    )
+    rate_limit_burst: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        120, description="Requests a client may make at once before the per-second rate."
+    )
+    path_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="More folders a submitted job's model, workload and surface paths may "
+        "lie in, comma-separated (search_spaces_dir and the repository's models/ always).",
+    )
+    max_input_file_bytes: Annotated[int, Field(ge=1, le=2**40)] = Field(
+        256 * 1024 * 1024, description="Largest workload or surface file a job may name."
+    )
     worker_poll_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     worker_heartbeat_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     worker_stale_after_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
@@ -104,7 +131,9 @@ class ServiceSettings(BaseSettings):
         "host (any port) or host:port. Empty: no hosted reference through the API.",
     )
 
-    @field_validator("api_token_sha256", "hosted_api_key_envs", "hosted_hosts", mode="before")
+    @field_validator(
+        "api_token_sha256", "hosted_api_key_envs", "hosted_hosts", "path_roots", mode="before"
+    )
     @classmethod
     def _split(cls, v: Any) -> Any:
         return _split_list(v)
@@ -138,10 +167,11 @@ class ServiceSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _safe(self) -> ServiceSettings:
-        if not self.api_token_sha256 and not _is_loopback(self.host):
+        if not self.auth_enabled and not _is_loopback(self.host):
             if not self.allow_unauthenticated_remote:
                 raise ValueError(
                     f"host: refusing to serve {self.host} without auth; set "
+                    "SPECTUNE_REQUIRE_AUTH=true (tokens from `spectune token create`) or "
                     "SPECTUNE_API_TOKEN_SHA256, bind to 127.0.0.1, or set "
                     "SPECTUNE_ALLOW_UNAUTHENTICATED_REMOTE=true if the network is trusted"
                 )
@@ -151,7 +181,14 @@ class ServiceSettings(BaseSettings):
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_token_sha256)
+        """Auth on whatever the database holds (it is also on once a token is stored)."""
+        return bool(self.api_token_sha256) or self.require_auth
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """Folders a submitted job's paths must resolve into."""
+        base = (self.search_spaces_dir, REPO_DIR / "models", *self.path_roots)
+        return tuple(dict.fromkeys(p.resolve() for p in base))
 
     def hosted_url_allowed(self, url: str) -> bool:
         """Whether a submitted job may measure ``url``: a plain URL on a configured host."""

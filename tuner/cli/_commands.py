@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from pydantic import ValidationError
+from fastapi.exceptions import RequestValidationError
 
-from tuner.api import ServiceSettings, create_app
-from tuner.cli._render import Progress, other_target_text, report_text, table, trials_table
+from tuner.api.services.pareto import ReportQuery, pareto
+from tuner.cli._common import (
+    EXIT_FAIL,
+    EXIT_INFEASIBLE,
+    EXIT_INPUT,
+    EXIT_OK,
+    err,
+    print_json,
+    shown,
+)
+from tuner.cli._plan import plan_space, plan_text
+from tuner.cli._render import (
+    Progress,
+    other_target_text,
+    report_text,
+    table,
+    trials_rows,
+    trials_table,
+)
+from tuner.cli._service import cmd_serve, cmd_worker
 from tuner.explain import explain, param_importances
 from tuner.export import ExportError, export_job
 from tuner.job import create_job, run_job
@@ -22,16 +40,9 @@ from tuner.measure import load_all_prompts
 from tuner.pareto import Report, job_report
 from tuner.space import SpaceError, load_space
 from tuner.storage import JobNotFound, Store, current_revision, database_url, upgrade
-from tuner.worker import Worker
 from tuner.workloads import WorkloadError
 
 __all__ = ["EXIT_FAIL", "EXIT_INFEASIBLE", "EXIT_INPUT", "EXIT_OK", "COMMANDS", "err"]
-
-EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
-
-
-def err(msg: str) -> None:
-    print(f"spectune: error: {msg}", file=sys.stderr)
 
 
 def _store(args: argparse.Namespace) -> Store:
@@ -50,7 +61,44 @@ def cmd_run(args: argparse.Namespace) -> int:
         err(str(e))
         return EXIT_INPUT
     n = args.trials or space.trials
-    print(f"job {job_id}: {space.name}, {n} trials, database {store.url}", file=sys.stderr)
+    print(f"job {job_id}: {space.name}, {n} trials, database {shown(store.url)}", file=sys.stderr)
+    return _run_to_end(store, job_id, args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """An interrupted ``spectune run`` goes on: finished trials are kept and counted, the
+    trial in flight when it stopped counts as failed, the rest of the budget runs."""
+    store = _store(args)
+    try:
+        job = store.job(args.job_id)
+        done = sum(r.state != "waiting" for r in store.trial_records(args.job_id))
+    except JobNotFound as e:
+        err(str(e))
+        return EXIT_INPUT
+    why = None
+    if job.for_worker:
+        why = "was submitted through the API: a worker runs it (it re-claims stopped jobs)"
+    elif job.state == "succeeded":
+        why = "has finished; nothing to resume (spectune report shows it)"
+    elif job.state == "running" and not args.force:
+        why = (
+            "is marked running: another spectune run may still be running it. If that "
+            "process is gone (killed, machine restarted), resume with --force"
+        )
+    if why is not None:
+        err(f"job {args.job_id} {why}")
+        return EXIT_INPUT
+    print(
+        f"job {args.job_id}: resuming {job.name} ({job.state}, {done}/{job.n_trials} trials "
+        f"done), database {shown(store.url)}",
+        file=sys.stderr,
+    )
+    return _run_to_end(store, args.job_id, args, done=done)
+
+
+def _run_to_end(store: Store, job_id: int, args: argparse.Namespace, done: int = 0) -> int:
+    """Run (or resume) the job with progress on stderr, then its report."""
+    n = store.job(job_id).n_trials
     prog = Progress(n)
     t0 = time.monotonic()
     run_job(store, job_id, work_dir=Path(args.work_dir), on_trial=prog.done, on_start=prog.start)
@@ -66,9 +114,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{job.engine_launches} engine launches for the search, "
             f"{job.confirm_launches} to confirm; {job.engine_startup_s:.0f} s starting engines"
         )
-    print(f"\njob {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})\n")
-    _print_report(store, job_id, rep)
+    took = f"job {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})"
+    if args.json:
+        print(took, file=sys.stderr)
+        print_json(_reportprint_json(store, job_id, None, None))
+    else:
+        print(f"\n{took}\n")
+        _print_report(store, job_id, rep)
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
+
+
+def _reportprint_json(store: Store, job_id: int, concurrency: int | None, slo: dict | None) -> Any:
+    """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI."""
+    q = ReportQuery(workload=None, concurrency=concurrency, slo=slo or {})
+    return pareto(store, job_id, q).model_dump(mode="json")
 
 
 def _print_report(store: Store, job_id: int, rep: Report) -> None:
@@ -91,10 +150,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     slo = {"p99_tpot_ms": args.slo_p99_tpot_ms} if args.slo_p99_tpot_ms else None
     try:
         rep = job_report(store, args.job, concurrency=args.concurrency, slo=slo)
+        doc = _reportprint_json(store, args.job, args.concurrency, slo) if args.json else None
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
-    _print_report(store, args.job, rep)
+    except RequestValidationError as e:
+        err("; ".join(x["msg"] for x in e.errors()))
+        return EXIT_INPUT
+    if doc is not None:
+        print_json(doc)
+    else:
+        _print_report(store, args.job, rep)
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 
@@ -116,7 +182,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         for j in sorted(rows_, key=lambda j: j.job_id)
     ]
     if args.json:
-        print(json.dumps(jobs, indent=2))
+        print_json(jobs)
         return EXIT_OK
     rows = [
         [
@@ -140,7 +206,15 @@ def cmd_trials(args: argparse.Namespace) -> int:
         err(str(e))
         return EXIT_INPUT
     if args.json:
-        print(json.dumps([r.flat() for r in recs], indent=2))
+        print_json([r.flat() for r in recs])
+        return EXIT_OK
+    if args.csv:
+        header, rows = trials_rows(recs)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+        sys.stdout.write(buf.getvalue())
         return EXIT_OK
     print(trials_table(recs))
     return EXIT_OK
@@ -155,13 +229,43 @@ def cmd_export(args: argparse.Namespace) -> int:
         slo["p99_ttft_ms"] = args.slo_p99_ttft_ms
     kw = {"workload": args.workload, "concurrency": args.concurrency, "slo": slo or None}
     try:
-        print(export_job(store, args.job_id, args.format, **kw))
+        text = export_job(store, args.job_id, args.format, **kw)
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
     except ExportError as e:
         err(str(e))
         return EXIT_INFEASIBLE
+    if not args.json:
+        print(text)
+        return EXIT_OK
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None  # a command line, not a document
+    print_json({"job_id": args.job_id, "format": args.format, "output": text, "parsed": parsed})
+    return EXIT_OK
+
+
+def _space_errorprint_json(source: str, e: Exception) -> dict[str, Any]:
+    fields = [{"loc": list(loc), "msg": msg} for loc, msg in getattr(e, "errors", ())]
+    return {"space": source, "valid": False, "error": str(e), "errors": fields}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Validate, pre-flight every grid configuration, estimate launches and time."""
+    try:
+        space = load_space(args.space)
+        plan = plan_space(space, args.space, database_url(args.db))
+    except (SpaceError, WorkloadError) as e:
+        if args.json:
+            print_json(_space_errorprint_json(args.space, e))
+        err(str(e))
+        return EXIT_INPUT
+    if args.json:
+        print_json(plan)
+    else:
+        print(plan_text(plan))
     return EXIT_OK
 
 
@@ -170,90 +274,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
         space = load_space(args.space)
         n = sum(len(p) for p in load_all_prompts(space).values())
     except (SpaceError, WorkloadError) as e:
+        if args.json:
+            print_json(_space_errorprint_json(args.space, e))
         err(str(e))
         return EXIT_INPUT
-    methods = ", ".join(space.methods.enabled())
-    print(f"{args.space}: valid ({space.name}; methods {methods}; {n} prompts)")
+    methods = space.methods.enabled()
+    if args.json:
+        print_json({"space": args.space, "valid": True, "name": space.name, "methods": methods})
+        return EXIT_OK
+    print(f"{args.space}: valid ({space.name}; methods {', '.join(methods)}; {n} prompts)")
     return EXIT_OK
 
 
 def cmd_db(args: argparse.Namespace) -> int:
     url = database_url(args.db)
     upgrade(url)
-    print(f"{url}: schema at {current_revision(url)}")
-    return EXIT_OK
-
-
-def _service_settings(args: argparse.Namespace, **extra: Any) -> ServiceSettings | None:
-    """Environment (SPECTUNE_*) first, then the flags given; unsafe settings are refused."""
-    given: dict[str, Any] = {"database_url": database_url(args.db), **extra}
-    if getattr(args, "work_dir", None):
-        given["work_dir"] = Path(args.work_dir)
-    try:
-        return ServiceSettings(**given)
-    except ValidationError as e:
-        for e_ in e.errors():
-            err(e_["msg"].removeprefix("Value error, "))
-        return None
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    """API + web UI + (unless --no-worker) an embedded worker, in one process."""
-    extra: dict[str, Any] = {"embedded_worker": not args.no_worker}
-    if args.host is not None:
-        extra["host"] = args.host
-    if args.port is not None:
-        extra["port"] = args.port
-    if args.allow_unauthenticated_remote:
-        extra["allow_unauthenticated_remote"] = True
-    settings = _service_settings(args, **extra)
-    if settings is None:
-        return EXIT_INPUT
-    Store(settings.database_url).ensure_schema()  # refuse an out-of-date database first
-    auth = "on" if settings.auth_enabled else "off (loopback only)"
-    print(
-        f"spectune: serving http://{settings.host}:{settings.port}/ (auth {auth}, worker "
-        f"{'embedded' if settings.embedded_worker else 'separate'}, database "
-        f"{settings.database_url})",
-        file=sys.stderr,
-        flush=True,
-    )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
-    return EXIT_OK
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    """A worker alone: claims queued API jobs one at a time (one worker per device)."""
-    settings = _service_settings(args)
-    if settings is None:
-        return EXIT_INPUT
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("spectune").setLevel(logging.INFO)
-    store = Store(settings.database_url)
-    store.ensure_schema()
-    w = Worker(
-        store,
-        work_dir=settings.work_dir,
-        poll_s=settings.worker_poll_s,
-        heartbeat_s=settings.worker_heartbeat_s,
-        stale_after_s=settings.worker_stale_after_s,
-    )
-    print(f"spectune: worker {w.worker_id} on {settings.database_url}", file=sys.stderr)
-    if args.once:
-        job = w.run_once()
-        print("no queued job" if job is None else f"ran job {job}", file=sys.stderr)
-        return EXIT_OK
-    try:
-        w.run_forever()
-    except KeyboardInterrupt:
-        w.stop()  # the job in flight goes back to the queue
-        err("interrupted; the running job (if any) is back in the queue")
-        return 130
+    rev = current_revision(url)
+    if args.json:
+        print_json({"database": shown(url), "revision": rev})
+    else:
+        print(f"{shown(url)}: schema at {rev}")
     return EXIT_OK
 
 
 COMMANDS = {
     "run": cmd_run,
+    "resume": cmd_resume,
+    "plan": cmd_plan,
     "jobs": cmd_jobs,
     "trials": cmd_trials,
     "report": cmd_report,

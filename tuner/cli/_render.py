@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
@@ -15,7 +16,20 @@ from tuner.pareto import Report
 from tuner.storage import TrialRecord
 from tuner.verdict import per_token
 
-__all__ = ["Progress", "fmt", "other_target_text", "report_text", "table", "trials_table"]
+__all__ = [
+    "Progress",
+    "fmt",
+    "other_target_text",
+    "report_text",
+    "table",
+    "trials_rows",
+    "trials_table",
+]
+
+# ``trials --csv``: one row per trial, the objective point's metrics as columns. Per-level
+# measurements and intervals are in ``--json``; a spreadsheet wants one flat table.
+_CSV_FIRST = ("number", "state", "method", "configuration", "params", "workload", "concurrency")
+_CSV_SKIP = {"measurements", "stats", "greedy_token_ids", "metrics"}
 
 
 def fmt(v: Any, spec: str = ".1f") -> str:
@@ -292,3 +306,27 @@ def trials_table(recs: list[TrialRecord]) -> str:
         "note",
     ]
     return table(rows, header)
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    return json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
+
+
+def trials_rows(recs: list[TrialRecord]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows for ``trials --csv``: fixed leading columns, then every other field
+    in first-seen order (so a metric added later becomes a column, not a loss)."""
+    flat = []
+    for r in recs:
+        d = r.flat()
+        d["configuration"] = (
+            params_text(r.params) + f" seqs={r.params['max_num_seqs']}"
+            if "max_num_seqs" in r.params
+            else ""
+        )
+        flat.append(d)
+    header = list(_CSV_FIRST)
+    for d in flat:
+        header += [k for k in d if k not in header and k not in _CSV_SKIP]
+    return header, [[_cell(d.get(k)) for k in header] for d in flat]

@@ -20,7 +20,7 @@ from tuner.engines._exports import (
 )
 from tuner.engines._hosted import HostedServer
 from tuner.engines._probe import EngineProbe, HostedProbe, fetch_metrics_text
-from tuner.engines._process import ServerProcess, classify_failure, free_port
+from tuner.engines._process import ServerProcess, classify_failure, free_port, reap_stale
 from tuner.engines._registry import (
     ENGINE_KINDS,
     ENGINES,
@@ -56,6 +56,7 @@ from tuner.engines._vllm_probe import (
 )
 
 __all__ = [
+    "reap_stale",
     "DTYPES",
     "ENGINES",
     "ENGINE_KINDS",

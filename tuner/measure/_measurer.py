@@ -60,9 +60,11 @@ class LaunchMeasurer(Measurer):
         control: JobControl,
         on_launch: OnLaunch,
         launcher: list[str] | None = None,
+        devices: str | None = None,
     ) -> None:
         self.space, self.prompts, self.work_dir = space, prompts, work_dir
         self.control, self.on_launch, self.launcher = control, on_launch, launcher
+        self.devices = devices  # this worker's accelerators (None: the engine's default)
         self.server_cls = server_class(space.engine.kind)
 
     def check(self, cfg: EngineConfig) -> None:
@@ -87,6 +89,8 @@ class LaunchMeasurer(Measurer):
             cache_root=self.work_dir / "cache" / self.server_cls.kind,
             startup_timeout_s=self.space.engine.startup_timeout_s,
             launcher=self.launcher,
+            devices=self.devices,
+            run_dir=self.work_dir / "run",
         )
         self.control.attach(server)
         extra: dict[str, Any] = {}

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.loadgen import measure
+from tuner.loadgen import LoadError, measure
 from tuner.measure._control import Pruned, TrialFailed
 from tuner.metrics import Measurement
 from tuner.space import SearchSpace, WorkloadSpec
 from tuner.stats import aggregate, noise_score, relative_mad
-from tuner.workloads import Prompt, builtin_path, read_jsonl
+from tuner.workloads import Prompt, builtin_path, load_prompts
 
 __all__ = [
     "MAX_FAILED_FRACTION",
@@ -53,7 +53,7 @@ def load_all_prompts(space: SearchSpace) -> dict[str, list[Prompt]]:
     out = {}
     for wl in space.all_workloads:
         path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
-        out[wl.name] = read_jsonl(path)
+        out[wl.name] = load_prompts(path, wl.format)
     return out
 
 
@@ -112,6 +112,13 @@ def measure_point(
             )
             if not server.alive():
                 raise TrialFailed("crash", "engine died during measurement\n" + server.log_tail())
+            last = runs[-1]
+            if last.num_requests and last.num_failed == last.num_requests:
+                # A wedged engine: stop it now rather than time out every repeat and level
+                # (the measurer fails the trial; a hosted reference keeps it as its error).
+                raise LoadError(
+                    f"every request failed at concurrency {level}: {'; '.join(last.errors)}"
+                )
         agg = aggregate(runs, remeasured=remeasured)
         noise = _objective_noise(agg, space)
         if noise <= ms.max_relative_mad or remeasured >= ms.remeasure:
@@ -161,6 +168,7 @@ def greedy_outputs(
             space.engine.served_model_name,
             texts,
             ll.max_tokens,
+            timeout_s=space.all_workloads[0].request_timeout_s,
             headers=server.headers,
         )
     )

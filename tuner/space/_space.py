@@ -57,6 +57,11 @@ class WorkloadSpec(StrictModel):
 
     builtin: Literal["code_completion", "chat", "summarization"] | None = "code_completion"
     path: str | None = None
+    format: Literal["jsonl", "sharegpt", "custom", "spec_bench"] = Field(
+        "jsonl",
+        description="How path is read: SpecTune JSONL, or a file `vllm bench serve` reads "
+        "(sharegpt JSON, custom JSONL, spec_bench JSONL); tuner.workloads.FORMATS.",
+    )
     num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
     max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
     warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
@@ -74,6 +79,8 @@ class WorkloadSpec(StrictModel):
             raise ValueError("give either builtin or path, not both (set builtin: null)")
         if self.path is None and self.builtin is None:
             raise ValueError("give builtin or path")
+        if self.path is None and self.format != "jsonl":
+            raise ValueError(f"format {self.format} applies only to a path, not a builtin")
         if self.arrival == "poisson" and self.request_rate is None:
             raise ValueError("arrival poisson needs request_rate (requests per second)")
         if self.arrival == "closed" and self.request_rate is not None:

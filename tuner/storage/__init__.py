@@ -1,6 +1,7 @@
 """Persistent results: the ``Store`` (the only code that opens a database session), its
 SQLAlchemy models, the trial read model and the Alembic-managed schema."""
 
+from tuner.storage._counts import ServiceCounts, service_counts
 from tuner.storage._db import (
     DEFAULT_DATABASE_URL,
     MIGRATIONS_DIR,
@@ -25,9 +26,31 @@ from tuner.storage._models import (
 )
 from tuner.storage._records import TrialRecord
 from tuner.storage._store import CancelResult, JobNotFound, Store, space_of_job, study_name_for
+from tuner.storage._tokens import (
+    TOKEN_PREFIX,
+    ApiTokenModel,
+    TokenError,
+    TokenInfo,
+    TokenNotFound,
+    create_token,
+    list_tokens,
+    revoke_token,
+    token_state,
+)
 from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound, iter_points
 
 __all__ = [
+    "ServiceCounts",
+    "service_counts",
+    "TOKEN_PREFIX",
+    "ApiTokenModel",
+    "TokenError",
+    "TokenInfo",
+    "TokenNotFound",
+    "create_token",
+    "list_tokens",
+    "revoke_token",
+    "token_state",
     "DEFAULT_DATABASE_URL",
     "LOG_TAIL_CHARS",
     "MIGRATIONS_DIR",

@@ -6,8 +6,11 @@ own ``alembic_version``; ours is ``spectune_alembic_version`` so neither steps o
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shlex
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -20,6 +23,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
+
+from tuner._resources import migrations_dir
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -35,11 +40,13 @@ __all__ = [
     "head_revision",
     "session_scope",
     "upgrade",
+    "upgrade_command",
 ]
 
 DEFAULT_DATABASE_URL = "sqlite:///spectune.db"
 VERSION_TABLE = "spectune_alembic_version"
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Top-level in a checkout, tuner/_data/ in a wheel (tuner/_resources.py).
+MIGRATIONS_DIR = migrations_dir()
 # The tables a SpecTune database has at every revision.
 SPECTUNE_TABLES = frozenset({"spectune_jobs", "spectune_trials", "spectune_measurements"})
 
@@ -59,9 +66,16 @@ def database_url(explicit: str | None = None) -> str:
 
 @lru_cache(maxsize=8)
 def get_engine(url: str) -> Engine:
+    """One pooled engine per URL. On a server database (PostgreSQL) the pool tests each
+    connection before use, so a server restart costs no failed query, and an unreachable
+    host fails after ``connect_timeout`` seconds instead of hanging (unless the URL sets it)."""
     kwargs: dict = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True
+        if _is_postgresql(url) and "connect_timeout" not in make_url(url).query:
+            kwargs["connect_args"] = {"connect_timeout": 10}
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
 
@@ -72,6 +86,31 @@ def get_engine(url: str) -> Engine:
             cur.close()
 
     return engine
+
+
+def _is_postgresql(url: str) -> bool:
+    try:
+        return make_url(url).get_backend_name() == "postgresql"
+    except ArgumentError:
+        return False
+
+
+def shown_url(url: str) -> str:
+    """The URL as messages may show it: the password masked (API clients and logs see
+    these messages), quoted for a shell."""
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        shown = url
+    return shlex.quote(shown)
+
+
+def upgrade_command(url: str) -> str:
+    """The command that brings ``url`` to this SpecTune's schema, as an error message says it."""
+    cmd = f"spectune db upgrade --db {shown_url(url)}"
+    if "***" in cmd and "***" not in url:
+        cmd += " (with the real password for ***)"
+    return cmd
 
 
 @contextmanager
@@ -117,30 +156,73 @@ def current_revision(url: str) -> str | None:
         return ctx.get_current_revision()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+# Alembic's ``context`` and ``op`` are module globals: two threads migrating at once (the API's
+# start-up and its embedded worker) would run each other's scripts. Across processes,
+# PostgreSQL's advisory lock in migrations/env.py orders them, and on SQLite an flock on the
+# database file (independent of SQLite's own fcntl locks, so it never blocks a query).
+_MIGRATING = threading.Lock()
+
+
+@contextmanager
+def _migration_lock(url: str) -> Iterator[None]:
+    path = _sqlite_file(url)
+    with _MIGRATING:
+        if path is None:
+            yield
+            return
+        try:
+            f = open(path, "ab")  # held open while the lock is
+        except OSError:  # read-only: nobody migrates it; SQLite itself reports the rest
+            yield
+            return
+        with f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+
+def _upgrade_locked(url: str, revision: str) -> None:
     from alembic import command
 
     command.upgrade(_alembic_config(url), revision)
 
 
+def upgrade(url: str, revision: str = "head") -> None:
+    with _migration_lock(url):
+        _upgrade_locked(url, revision)
+
+
 def ensure_schema(url: str) -> None:
-    """Create the schema in a new database; refuse (with the fix) one at an older revision."""
-    rev = current_revision(url)
-    if rev is None:
-        tables = set(inspect(get_engine(url)).get_table_names())
-        if tables & SPECTUNE_TABLES:
-            raise SchemaOutOfDate(
-                f"database {url} has SpecTune tables but no {VERSION_TABLE}; it was not made "
-                "by this version of SpecTune"
-            )
-        upgrade(url)
-        return
+    """Create the schema in a new database; refuse (with the fix) one at an older revision.
+
+    Anything but head is looked at again under the migration lock: another process may be
+    migrating right now (on SQLite its tables, and each revision it passes, show at once)."""
     head = head_revision()
+    if _revision(url) == head:
+        return
+    with _migration_lock(url):
+        rev = _revision(url)
+        if rev is None:
+            tables = set(inspect(get_engine(url)).get_table_names())
+            if tables & SPECTUNE_TABLES:
+                raise SchemaOutOfDate(
+                    f"database {shown_url(url)} has SpecTune tables but no "
+                    f"{VERSION_TABLE}; it was not made by this version of SpecTune"
+                )
+            _upgrade_locked(url, "head")
+            return
     if rev != head:
         raise SchemaOutOfDate(
             f"database schema is at revision {rev}, this SpecTune needs {head}. "
-            f"Run: spectune db upgrade --db {url}"
+            f"Run: {upgrade_command(url)}"
         )
+
+
+def _revision(url: str) -> str | None:
+    """``current_revision``, with a failure to connect as a StorageError naming the database."""
+    try:
+        return current_revision(url)
+    except SQLAlchemyError as e:
+        raise StorageError(f"cannot open database {shown_url(url)}: {e}") from e
 
 
 def _sqlite_file(url: str) -> str | None:

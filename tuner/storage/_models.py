@@ -64,6 +64,9 @@ class JobModel(Base):
     # Launches made after the search to confirm the front (migration v0.3.0.a); the search
     # itself launches each distinct engine configuration at most once (engine_launches).
     confirm_launches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Trial slots taken from the budget by all the workers sharing the job (v0.5.0.b): an
+    # atomic ``UPDATE … WHERE trials_started < n_trials`` gives each slot to one worker.
+    trials_started: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"
@@ -97,6 +100,9 @@ class TrialModel(Base):
     greedy_token_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     kv_cache_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     peak_rss_mb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Which worker ran it, on which devices (v0.5.0.b).
+    worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    devices: Mapped[str | None] = mapped_column(String(100), nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

@@ -87,7 +87,8 @@ class RecordQueries:
                     state=t.state.name.lower(),
                     method=(r.method if r is not None else None) or t.params.get("method"),
                     params=(dict(r.params) if r is not None else None) or dict(t.params),
-                    constraints=dict(t.constraints),
+                    # digit keys: the unnamed copy kept for optuna-dashboard
+                    constraints={k: v for k, v in t.constraints.items() if not k.isdigit()},
                     concurrency=conc,
                     workload=wl,
                     metrics=prim,

@@ -8,28 +8,27 @@ does the one read model of a trial (``_records.py``). No other module opens a se
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import optuna
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from tuner.space import SearchSpace, parse_space
 from tuner.storage._db import ensure_schema, session_scope
 from tuner.storage._models import JobModel, ReferenceModel, utcnow
+from tuner.storage._queue import CancelResult, JobNotFound, QueueQueries
 from tuner.storage._records import RecordQueries
+from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, retry_db
 from tuner.storage._trials import TrialQueries
 
 __all__ = ["CancelResult", "JobNotFound", "Store", "space_of_job", "study_name_for"]
 
-
-class JobNotFound(LookupError):
-    """No job with that id in this database (the one way a missing job is reported)."""
+StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 
 def study_name_for(job_id: int) -> str:
@@ -44,32 +43,10 @@ def space_of_job(job: JobModel) -> SearchSpace:
     return parse_space(data, base_dir=base, source=f"(job {job.job_id})")
 
 
-@dataclass(frozen=True)
-class CancelResult:
-    """``state`` after the request; ``accepted`` False when the job had already ended."""
-
-    found: bool
-    accepted: bool
-    state: str | None
-
-
-def _claimable(stale_before: Any) -> Any:
-    """Queued API jobs, and running ones whose worker stopped its heartbeat."""
-    return and_(
-        JobModel.for_worker.is_(True),
-        or_(
-            JobModel.state == "queued",
-            and_(
-                JobModel.state == "running",
-                JobModel.claimed_by.is_not(None),
-                JobModel.heartbeat_at < stale_before,
-            ),
-        ),
-    )
-
-
-class Store(TrialQueries, RecordQueries):
+class Store(TrialQueries, RecordQueries, QueueQueries):
     """SpecTune's tables and the Optuna studies beside them, in one database."""
+
+    retry_for_s = RETRY_FOR_S  # how long a call waits for a restarting database server
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -87,11 +64,37 @@ class Store(TrialQueries, RecordQueries):
 
     # ------------------------------------------------------------------ studies
 
+    def optuna_storage(
+        self,
+        *,
+        heartbeat_s: float | None = None,
+        grace_s: float | None = None,
+        on_stale: StaleCallback | None = None,
+    ) -> ResilientRDBStorage:
+        """Optuna's storage on this database, riding out restarts; with ``heartbeat_s`` each
+        running trial beats, and one silent for ``grace_s`` is failed by any worker sharing
+        the study, which then calls ``on_stale`` (Optuna's distributed mode)."""
+        kwargs: dict[str, Any] = {}
+        if not self.url.startswith("sqlite"):
+            kwargs["pool_pre_ping"] = True  # a connection from before a restart is replaced
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return ResilientRDBStorage(
+                self.url,
+                engine_kwargs=kwargs,
+                heartbeat_interval=None if heartbeat_s is None else max(1, round(heartbeat_s)),
+                grace_period=None if grace_s is None else max(1, round(grace_s)),
+                heartbeat_stale_trial_callback=on_stale,
+            )
+
     def load_study(
-        self, job_id: int, sampler: optuna.samplers.BaseSampler | None = None
+        self,
+        job_id: int,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        storage: optuna.storages.BaseStorage | None = None,
     ) -> optuna.Study:
         return optuna.load_study(
-            study_name=study_name_for(job_id), storage=self.url, sampler=sampler
+            study_name=study_name_for(job_id), storage=storage or self.url, sampler=sampler
         )
 
     # ------------------------------------------------------------------ jobs
@@ -190,6 +193,7 @@ class Store(TrialQueries, RecordQueries):
                 raise JobNotFound(f"job {job_id} not found")
             job.n_trials = n_trials
 
+    @retry_db
     def start_job(self, job_id: int) -> JobModel:
         with self.session() as s:
             job = s.get(JobModel, job_id)
@@ -199,6 +203,7 @@ class Store(TrialQueries, RecordQueries):
             job.started_at = utcnow()
             return job
 
+    @retry_db
     def end_job(self, job_id: int, state: str, error: str | None) -> None:
         with self.session() as s:
             job = s.get(JobModel, job_id)
@@ -207,6 +212,7 @@ class Store(TrialQueries, RecordQueries):
                 job.error = error
                 job.finished_at = utcnow()
 
+    @retry_db
     def count_launch(self, job_id: int, startup_s: float, *, confirm: bool = False) -> None:
         with self.session() as s:
             job = s.get(JobModel, job_id)
@@ -217,101 +223,6 @@ class Store(TrialQueries, RecordQueries):
             else:
                 job.engine_launches += 1
             job.engine_startup_s += startup_s
-
-    # ------------------------------------------------------------------ the service
-
-    def job_by_idempotency_key(self, key: str) -> tuple[int, str | None] | None:
-        with self.session() as s:
-            row = s.execute(
-                select(JobModel.job_id, JobModel.request_sha256).where(
-                    JobModel.idempotency_key == key
-                )
-            ).first()
-        return None if row is None else (row[0], row[1])
-
-    def release_to_workers(self, job_id: int, *, key: str | None, digest: str) -> None:
-        """Make a job visible to workers (after its study exists), with its idempotency key."""
-        with self.session() as s:
-            job = s.get(JobModel, job_id)
-            if job is None:
-                raise JobNotFound(f"job {job_id} not found")
-            job.for_worker = True
-            job.idempotency_key = key
-            job.request_sha256 = digest
-
-    def claim_next(self, worker_id: str, *, stale_after_s: float = 60.0) -> int | None:
-        """Claim the oldest claimable job for ``worker_id``; None when the queue is empty.
-
-        A compare-and-set: ``UPDATE … WHERE state='queued'`` succeeds for one worker only;
-        on PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``."""
-        stale_before = utcnow() - timedelta(seconds=stale_after_s)
-        with self.session() as s:
-            candidates = s.scalars(
-                select(JobModel.job_id)
-                .where(_claimable(stale_before))
-                .order_by(JobModel.job_id)
-                .limit(5)
-                .with_for_update(skip_locked=True)  # PostgreSQL; SQLite renders nothing
-            ).all()
-            for job_id in candidates:
-                res = s.execute(
-                    update(JobModel)
-                    .where(JobModel.job_id == job_id, _claimable(stale_before))
-                    .values(state="running", claimed_by=worker_id, heartbeat_at=utcnow())
-                    .execution_options(synchronize_session=False)
-                )
-                if res.rowcount == 1:
-                    return job_id
-        return None
-
-    def request_cancel(self, job_id: int) -> CancelResult:
-        """Cancel a queued job at once; flag a running one for its worker."""
-        with self.session() as s:
-            res = s.execute(
-                update(JobModel)
-                .where(JobModel.job_id == job_id, JobModel.state == "queued")
-                .values(
-                    state="cancelled", finished_at=utcnow(), error="cancelled before it started"
-                )
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount == 1:
-                return CancelResult(True, True, "cancelled")
-            res = s.execute(
-                update(JobModel)
-                .where(JobModel.job_id == job_id, JobModel.state == "running")
-                .values(cancel_requested=True)
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount == 1:
-                return CancelResult(True, True, "running")
-            state = s.scalar(select(JobModel.state).where(JobModel.job_id == job_id))
-        return CancelResult(state is not None, False, state)
-
-    def heartbeat(self, job_id: int, worker_id: str) -> bool | None:
-        """Refresh the claim; the job's cancel flag, or None when the claim is lost."""
-        with self.session() as s:
-            job = s.get(JobModel, job_id)
-            if job is None or job.claimed_by != worker_id:
-                return None
-            job.heartbeat_at = utcnow()
-            return bool(job.cancel_requested)
-
-    def release_claim(self, job_id: int, *, requeue_if_stopped: bool) -> bool:
-        """Drop a worker's claim; a job its stopping worker cancelled (not a user) goes back
-        to the queue. True when it was requeued."""
-        with self.session() as s:
-            job = s.get(JobModel, job_id)
-            if job is None:
-                return False
-            requeued = requeue_if_stopped and job.state == "cancelled" and not job.cancel_requested
-            if requeued:
-                job.state = "queued"
-                job.error = None
-                job.finished_at = None
-            job.claimed_by = None
-            job.heartbeat_at = None
-            return requeued
 
     # ------------------------------------------------------------------ references
 
@@ -332,3 +243,26 @@ class Store(TrialQueries, RecordQueries):
                 .order_by(ReferenceModel.name)
             )
             return list(s.scalars(q).all())
+
+
+# Every finder and write of the Store rides out a database restart (``retry_db``): one
+# short transaction each, so trying again is safe. Not the ones that create or delete a job
+# and its study together (tried twice, they could leave two), nor the plumbing.
+_NOT_RETRIED = {
+    "session",
+    "ensure_schema",
+    "create_job",
+    "delete_job",
+    "load_study",
+    "optuna_storage",
+}
+for _name, _fn in list(vars(Store).items()) + [
+    (n, f) for base in Store.__mro__[1:-1] for n, f in vars(base).items()
+]:
+    if (
+        callable(_fn)
+        and not _name.startswith("_")
+        and _name not in _NOT_RETRIED
+        and not hasattr(_fn, "__wrapped__")
+    ):
+        setattr(Store, _name, retry_db(_fn))

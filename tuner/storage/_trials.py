@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from tuner.storage._models import MeasurementModel, TrialModel, utcnow
+from tuner.storage._retry import retry_db
 
 __all__ = ["LOG_TAIL_CHARS", "TrialNotFound", "TrialQueries"]
 
@@ -30,6 +31,7 @@ def _load(rows: Iterable[TrialModel]) -> list[TrialModel]:
 class TrialQueries:
     session: Callable[[], AbstractContextManager[Session]]
 
+    @retry_db
     def add_trial(
         self,
         job_id: int,
@@ -39,9 +41,18 @@ class TrialQueries:
         params: dict[str, Any],
         engine_config: dict[str, Any],
         engine_key: str,
+        worker_id: str | None = None,
+        devices: str | None = None,
     ) -> int:
-        """A ``running`` row for a trial about to run; returns its id."""
+        """A ``running`` row for a trial about to run; returns its id. Tried again after a
+        lost connection, it returns the row its first attempt made."""
+        q = select(TrialModel.trial_id).where(
+            TrialModel.job_id == job_id, TrialModel.number == number
+        )
         with self.session() as s:
+            existing = s.scalars(q).first()
+            if existing is not None:
+                return existing
             row = TrialModel(
                 job_id=job_id,
                 number=number,
@@ -50,11 +61,14 @@ class TrialQueries:
                 params=params,
                 engine_config=engine_config,
                 engine_key=engine_key,
+                worker_id=worker_id,
+                devices=devices,
             )
             s.add(row)
             s.flush()
             return row.trial_id
 
+    @retry_db
     def store_results(
         self,
         trial_id: int,
@@ -62,12 +76,17 @@ class TrialQueries:
         extra: dict[str, Any],
         *,
         state: str,
-    ) -> None:
-        """A trial's measured points and what its launch reported, in one transaction."""
+    ) -> bool:
+        """A trial's measured points and what its launch reported, in one transaction.
+        False, storing nothing, when the row is no longer running: another worker declared
+        the trial lost (its retry measures it), or a first attempt before a lost connection
+        already stored it; either way a result is stored once."""
         with self.session() as s:
             row = s.get(TrialModel, trial_id)
             if row is None:
                 raise TrialNotFound(f"trial id {trial_id} not found")
+            if row.state != "running":
+                return row.state == state and bool(row.measurements or not measurements)
             for m in measurements:
                 row.measurements.append(
                     MeasurementModel(
@@ -91,7 +110,9 @@ class TrialQueries:
                 setattr(row, key, extra.get(key))
             row.state = state
             row.finished_at = utcnow()
+            return True
 
+    @retry_db
     def finish_trial(
         self,
         trial_id: int,
@@ -207,15 +228,29 @@ class TrialQueries:
                 mrow.p99_tpot_ms = m.get("p99_tpot_ms")
                 mrow.num_failed = m["num_failed"]
 
-    def fail_orphaned_trials(self, job_id: int) -> None:
-        """Rows left ``running`` by a worker that died become failed (``interrupted``)."""
+    @retry_db
+    def fail_orphaned_trials(
+        self, job_id: int, numbers: Iterable[int] | None = None, *, detail: str | None = None
+    ) -> None:
+        """Rows left ``running`` by a worker that died become failed (``interrupted``):
+        those of ``numbers``, or all of the job's."""
         q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.state == "running")
+        if numbers is not None:
+            q = q.where(TrialModel.number.in_(list(numbers)))
         with self.session() as s:
             for r in s.scalars(q).all():
                 r.state = "fail"
                 r.fail_reason = "interrupted"
-                r.fail_detail = "the worker running this trial stopped before it finished"
+                r.fail_detail = detail or "its worker stopped before the trial finished"
                 r.finished_at = utcnow()
+
+    def trial_state(self, job_id: int, number: int) -> str | None:
+        """The stored state of one trial row, None when it has none yet."""
+        q = select(TrialModel.state).where(
+            TrialModel.job_id == job_id, TrialModel.number == number
+        )
+        with self.session() as s:
+            return s.scalars(q).first()
 
 
 def iter_points(rows: Iterable[TrialModel]) -> Iterator[tuple[TrialModel, dict[str, Any]]]:

@@ -10,7 +10,12 @@ Format (JSON Lines, UTF-8), ``spectune-surface/1``:
   ``space`` is the search space the grid was taken from (its model dump: methods, ranges,
   workload, SLO, objectives); ``recorded`` says where and how (source job, database, host,
   engine version, UTC time). ``"replay": true`` never appears in a header: a surface is
-  always recorded from real engines.
+  always recorded from real engines -- except a SIMULATED one (below).
+- optional, backward compatible: ``"simulated": true`` and a ``"simulation"`` object
+  (generator, seed, cost model, citations, checks against published numbers) mark a
+  surface written by a simulator (bench/make_sim_surface.py), never measured. Only the
+  search benchmark (bench/search_efficiency.py) reads such files; their rows' ``metrics``
+  also say ``"simulated": true``. ``Surface.simulated`` tells the two kinds apart.
 - then one row per measured point, in recording order::
 
     {"config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
@@ -19,6 +24,11 @@ Format (JSON Lines, UTF-8), ``spectune-surface/1``:
      "metrics": {... the stored measurement: medians, "stats" with ci95_low/ci95_high ...},
      "startup_s": 27.1, "kv_cache_tokens": 97280, "peak_rss_mb": 2101.3,
      "lossless_match_rate": 1.0}
+
+  ``metrics["runs"]`` lists every repeat of the point (at least ``output_tok_per_s``,
+  ``p99_tpot_ms``, ``p99_ttft_ms``, ``acceptance_rate``, ``num_failed``, ``duration_s``); a
+  row may keep more per repeat (any field of ``tuner.metrics.Measurement``: per-position
+  acceptance, mean acceptance length, TPOT/ITL percentiles...). Readers ignore extra keys.
 
   A configuration whose engine failed has one row with ``"state": "fail"``, its
   ``fail_reason`` and ``fail_detail`` and no workload, concurrency or metrics.
@@ -87,6 +97,11 @@ class Surface:
     def space(self) -> SearchSpace:
         data = dict(self.header["space"])
         return parse_space(data, base_dir=self.path.parent, source=f"(surface {self.path})")
+
+    @property
+    def simulated(self) -> bool:
+        """Written by a simulator, not measured: never to be shown as a measurement."""
+        return bool(self.header.get("simulated"))
 
     def lookup(self, config: dict[str, Any]) -> SurfacePoint | None:
         return self.points.get(config_key(config))

@@ -1,5 +1,5 @@
 """One APIRouter per resource."""
 
-from tuner.api.routes import exports, health, jobs, pareto, search_spaces, trials
+from tuner.api.routes import exports, health, jobs, metrics, pareto, search_spaces, trials
 
-__all__ = ["exports", "health", "jobs", "pareto", "search_spaces", "trials"]
+__all__ = ["exports", "health", "jobs", "metrics", "pareto", "search_spaces", "trials"]

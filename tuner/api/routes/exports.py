@@ -8,10 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from tuner.api._deps import Authorized, JobId, ReportQueryDep, StoreDep
+from tuner.api._openapi import AUTH, responses
 from tuner.api.schemas import ExportFormat, ExportFormatList, ExportPublic
 from tuner.api.services import exports
 
-router = APIRouter(tags=["export"], dependencies=[Authorized])
+router = APIRouter(tags=["export"], dependencies=[Authorized], responses=responses(*AUTH))
 
 
 @router.get("/api/export-formats")
@@ -22,15 +23,16 @@ def export_formats() -> ExportFormatList:
 
 @router.get(
     "/api/jobs/{job_id}/export",
-    responses={
-        409: {
-            "description": "nothing is feasible under the SLO, or the engine has no form for "
-            "the winner: nothing to export"
-        },
-        422: {"description": "unknown format (see /api/export-formats)"},
-    },
+    responses=responses(
+        404,
+        409,
+        422,
+        c409="nothing is feasible under the SLO, or the engine has no form for the winner: "
+        "nothing to export",
+        c422="unknown format (see /api/export-formats) or a bad query; names the field",
+    ),
 )
-def export(
+def export_winner(
     job_id: JobId,
     store: StoreDep,
     q: ReportQueryDep,

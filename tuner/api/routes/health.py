@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from tuner.api._deps import StoreDep
 from tuner.storage import database_problem
 
 router = APIRouter(tags=["health"])
+
+
+class WorkerState(BaseModel):
+    id: str
+    alive: bool
+    job: int | None
+
+
+class Readiness(BaseModel):
+    """Both answers of /readyz: 200 ready, 503 not (with why)."""
+
+    status: str
+    problems: list[str]
+    worker: WorkerState | None
 
 
 @router.get("/healthz")
@@ -17,7 +32,11 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "not ready: `problems` says why"}},
+)
 def readyz(request: Request, store: StoreDep) -> JSONResponse:
     """The database answers (a SQLite file is read afresh from disk) at this SpecTune's
     schema, and the embedded worker runs."""

@@ -5,10 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from tuner.api._deps import Authorized, JobId, ReportQueryDep, StoreDep
+from tuner.api._openapi import AUTH, responses
 from tuner.api.schemas import ParetoPublic
 from tuner.api.services import pareto
 
-router = APIRouter(prefix="/api/jobs/{job_id}/pareto", tags=["pareto"], dependencies=[Authorized])
+router = APIRouter(
+    prefix="/api/jobs/{job_id}/pareto",
+    tags=["pareto"],
+    dependencies=[Authorized],
+    responses=responses(*AUTH, 404, 422),
+)
 
 
 @router.get("")

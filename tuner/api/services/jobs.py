@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from fastapi import HTTPException, status
 from sqlalchemy.exc import IntegrityError
 
+from tuner.api._scrub import scrub
 from tuner.api.schemas import CurrentTrial, JobCreate, JobList, JobPublic
 from tuner.api.services.presets import resolve_space
 from tuner.api.settings import ServiceSettings
@@ -115,7 +116,7 @@ def job_public(job: JobModel) -> JobPublic:
         ),
         eta_s=None if eta is None else round(eta, 1),
         cancel_requested=bool(job.cancel_requested),
-        error=job.error,
+        error=None if job.error is None else scrub(job.error),  # may quote an engine log
         created_at=_utc(job.created_at),
         started_at=_utc(job.started_at),
         finished_at=_utc(job.finished_at),

@@ -9,6 +9,7 @@ import yaml
 from fastapi.exceptions import RequestValidationError
 
 from tuner.api._errors import field_error, space_error
+from tuner.api._paths import check_paths
 from tuner.api.schemas import JobCreate, SearchSpacePreset, SpaceValidation
 from tuner.api.settings import ServiceSettings
 from tuner.measure import load_all_prompts
@@ -17,10 +18,25 @@ from tuner.workloads import WorkloadError
 
 __all__ = ["list_presets", "resolve_space", "validation"]
 
+# A preset is a search space: the same 1 MiB limit as a submitted one.
+MAX_PRESET_BYTES = 1024 * 1024
+
+
+def _preset_files(folder: Path) -> dict[str, Path]:
+    """Regular files of at most MAX_PRESET_BYTES inside ``folder`` (symlinks resolved)."""
+    root = folder.resolve()
+    out = {}
+    for path in sorted(folder.glob("*.yaml")):
+        real = path.resolve()
+        if real.is_relative_to(root) and real.is_file():
+            if real.stat().st_size <= MAX_PRESET_BYTES:
+                out[path.stem] = real
+    return out
+
 
 def list_presets(folder: Path) -> list[SearchSpacePreset]:
     out = []
-    for path in sorted(folder.glob("*.yaml")):
+    for stem, path in _preset_files(folder).items():
         text = path.read_text()
         try:
             space = parse_space(read_yaml(text, path.name), base_dir=folder, source=path.name)
@@ -34,8 +50,8 @@ def list_presets(folder: Path) -> list[SearchSpacePreset]:
             trials, methods, slo, error = None, [], {}, str(e)
         out.append(
             SearchSpacePreset(
-                name=path.stem,
-                file=path.name,
+                name=stem,
+                file=f"{stem}.yaml",
                 yaml=text,
                 trials=trials,
                 methods=methods,
@@ -49,7 +65,7 @@ def list_presets(folder: Path) -> list[SearchSpacePreset]:
 def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, str]:
     """(field name, parsed mapping, YAML text to keep with the job)."""
     if body.preset is not None:
-        names = {p.stem: p for p in settings.search_spaces_dir.glob("*.yaml")}
+        names = _preset_files(settings.search_spaces_dir)
         path = names.get(body.preset)
         if path is None:
             raise field_error(
@@ -115,6 +131,7 @@ def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpa
     except SpaceError as e:
         raise space_error(e, ("body", where)) from None
     _check_hosted(settings, space, where)
+    check_paths(settings, space, where)  # before anything opens a file the job names
     try:
         load_all_prompts(space)  # a workload file that cannot be read is bad input, too
     except WorkloadError as e:

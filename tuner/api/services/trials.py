@@ -1,11 +1,15 @@
-"""Trials: each one from the store's one read model (``TrialRecord``), paged or in detail."""
+"""Trials: each one from the store's one read model (``TrialRecord``), paged or in detail.
+
+Engine log text (``fail_detail``, ``log_tail``) is scrubbed of secrets before it is served."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from tuner.api._scrub import scrub_for
 from tuner.api.schemas import TrialDetail, TrialPage, TrialPublic
+from tuner.api.settings import ServiceSettings
 from tuner.storage import LOG_TAIL_CHARS, Store, TrialNotFound, TrialRecord
 
 __all__ = ["trial_detail", "trials_page"]
@@ -23,13 +27,17 @@ def _metrics(rec: TrialRecord) -> dict[str, Any]:
     return {"workload": rec.workload, **rest}
 
 
-def _public(rec: TrialRecord) -> dict[str, Any]:
-    return {**{n: getattr(rec, n) for n in _SHARED}, "metrics": _metrics(rec)}
+def _public(rec: TrialRecord, settings: ServiceSettings) -> dict[str, Any]:
+    out = {n: getattr(rec, n) for n in _SHARED}
+    out["fail_detail"] = scrub_for(settings, out.get("fail_detail"))
+    return {**out, "metrics": _metrics(rec)}
 
 
-def trials_page(store: Store, job_id: int, offset: int, limit: int) -> TrialPage:
+def trials_page(
+    store: Store, settings: ServiceSettings, job_id: int, offset: int, limit: int
+) -> TrialPage:
     recs = store.trial_records(job_id)
-    items = [TrialPublic(**_public(r)) for r in recs[offset : offset + limit]]
+    items = [TrialPublic(**_public(r, settings)) for r in recs[offset : offset + limit]]
     return TrialPage(items=items, total=len(recs), offset=offset, limit=limit)
 
 
@@ -47,8 +55,9 @@ def _log_tail(path: str | None, work_dir: Path) -> str | None:
         return f.read().decode(errors="replace")
 
 
-def trial_detail(store: Store, job_id: int, number: int, work_dir: Path) -> TrialDetail:
+def trial_detail(store: Store, settings: ServiceSettings, job_id: int, number: int) -> TrialDetail:
     rec = next((r for r in store.trial_records(job_id) if r.number == number), None)
     if rec is None:
         raise TrialNotFound(f"job {job_id} has no trial {number}")
-    return TrialDetail(**_public(rec), log_tail=_log_tail(rec.log_path, work_dir))
+    tail = scrub_for(settings, _log_tail(rec.log_path, settings.work_dir))
+    return TrialDetail(**_public(rec, settings), log_tail=tail)

@@ -1,0 +1,102 @@
+"""Paths a submitted job names, confined to the service's roots (``ServiceSettings.roots``).
+
+Each path is resolved first (``..`` and every symlink followed) and only then checked for
+containment, so neither ``../../etc`` nor a symlink inside a root that points out of it
+escapes. Files the job reads (workload, replay surface) must be regular files under the size
+limit: a FIFO would block the worker forever and ``/dev/zero`` would never end. Model folders
+must be folders when they exist (one that does not is refused later, by pre-flight).
+Called from sync routes, so the ``stat`` calls run in the thread pool, off the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from fastapi.exceptions import RequestValidationError
+
+from tuner.api.settings import ServiceSettings
+from tuner.space import SearchSpace
+
+__all__ = ["check_paths", "path_problem"]
+
+Loc = tuple[str | int, ...]
+
+
+def _named(space: SearchSpace) -> Iterator[tuple[Loc, str, bool]]:
+    """(field path, path as written, is a file the job reads) for every path in the space."""
+    if space.engine.surface is not None:
+        yield ("engine", "surface"), space.engine.surface, True
+    yield ("engine", "model"), space.engine.model, False
+    m = space.methods
+    if m.draft_model is not None:
+        for i, d in enumerate(m.draft_model.drafts):
+            yield ("methods", "draft_model", "drafts", i), d, False
+    for name in ("eagle", "eagle3"):
+        meth = getattr(m, name)
+        if meth is not None:
+            for i, h in enumerate(meth.heads):
+                yield ("methods", name, "heads", i), h, False
+    if m.mtp is not None and m.mtp.model is not None:
+        yield ("methods", "mtp", "model"), m.mtp.model, False
+    if space.workloads:
+        for i, w in enumerate(space.workloads):
+            if w.path is not None:
+                yield ("workloads", i, "path"), w.path, True
+    elif space.workload.path is not None:
+        yield ("workload", "path"), space.workload.path, True
+
+
+def path_problem(
+    written: str, base: Path, roots: tuple[Path, ...], *, file: bool, max_bytes: int
+) -> str | None:
+    """Why ``written`` (relative to ``base``) may not be used, or None."""
+    if "\x00" in written:
+        return "must not contain a NUL character"
+    p = Path(written).expanduser()
+    try:
+        real = (p if p.is_absolute() else base / p).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        return f"cannot be resolved ({type(e).__name__})"
+    if not any(real.is_relative_to(r) for r in roots):
+        return (
+            "must lie inside the service's folders (search_spaces, models or "
+            "SPECTUNE_PATH_ROOTS) once .. and symlinks are resolved"
+        )
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return "no such file" if file else None
+    except OSError as e:
+        return f"cannot be read ({type(e).__name__})"
+    if file:
+        if not stat.S_ISREG(st.st_mode):
+            return "must be a regular file (not a folder, FIFO, device or socket)"
+        if st.st_size > max_bytes:
+            return f"is {st.st_size} bytes, over the limit of {max_bytes}"
+    elif not stat.S_ISDIR(st.st_mode):
+        return "must be a model folder"
+    return None
+
+
+def check_paths(settings: ServiceSettings, space: SearchSpace, where: str) -> None:
+    """A 422 naming each path of ``space`` that leaves the roots or is not what it should be."""
+    roots = settings.roots
+    errors = [
+        {"loc": ("body", where, *loc), "msg": why, "type": "path_not_allowed"}
+        for loc, written, file in _named(space)
+        if (
+            why := path_problem(
+                written,
+                space.base_dir,
+                roots,
+                file=file,
+                max_bytes=settings.max_input_file_bytes,
+            )
+        )
+        is not None
+    ]
+    if errors:
+        raise RequestValidationError(errors)

@@ -1,0 +1,30 @@
+"""What every command shares: exit codes, error lines, JSON output, a URL fit to print."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = ["EXIT_FAIL", "EXIT_INFEASIBLE", "EXIT_INPUT", "EXIT_OK", "err", "print_json", "shown"]
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+
+
+def err(msg: str) -> None:
+    print(f"spectune: error: {msg}", file=sys.stderr)
+
+
+def shown(url: str) -> str:
+    """A database URL as output may show it: the password masked (logs are read by many)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))

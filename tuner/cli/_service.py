@@ -1,0 +1,106 @@
+"""``spectune serve`` and ``spectune worker``: the long-running service processes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from pydantic import ValidationError
+
+from tuner.api import ServiceSettings, create_app
+from tuner.cli._common import EXIT_INPUT, EXIT_OK, err, shown
+from tuner.storage import Store, database_url, token_state
+from tuner.worker import Worker
+
+__all__ = ["cmd_serve", "cmd_worker"]
+
+
+def _service_settings(args: argparse.Namespace, **extra: Any) -> ServiceSettings | None:
+    """Environment (SPECTUNE_*) first, then the flags given; unsafe settings are refused."""
+    given: dict[str, Any] = {"database_url": database_url(args.db), **extra}
+    if getattr(args, "work_dir", None):
+        given["work_dir"] = Path(args.work_dir)
+    try:
+        return ServiceSettings(**given)
+    except ValidationError as e:
+        for e_ in e.errors():
+            err(e_["msg"].removeprefix("Value error, "))
+        return None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """API + web UI + (unless --no-worker) an embedded worker, in one process."""
+    extra: dict[str, Any] = {"embedded_worker": not args.no_worker}
+    if args.host is not None:
+        extra["host"] = args.host
+    if args.port is not None:
+        extra["port"] = args.port
+    if args.allow_unauthenticated_remote:
+        extra["allow_unauthenticated_remote"] = True
+    settings = _service_settings(args, **extra)
+    if settings is None:
+        return EXIT_INPUT
+    Store(settings.database_url).ensure_schema()  # refuse an out-of-date database first
+    if not (settings.web_dir / "index.html").is_file():
+        # Loud: a server without its UI otherwise looks like a broken page, not a broken install.
+        print(
+            f"spectune: WARNING: web UI NOT served: no index.html in {settings.web_dir} "
+            "(reinstall SpecTune, or point SPECTUNE_WEB_DIR at the web/ folder); the API "
+            "works",
+            file=sys.stderr,
+            flush=True,
+        )
+    stored = token_state(settings.database_url, None)[0]  # tokens from `spectune token`
+    auth = "on" if settings.auth_enabled or stored else "off (loopback only)"
+    print(
+        f"spectune: serving http://{settings.host}:{settings.port}/ (auth {auth}, worker "
+        f"{'embedded' if settings.embedded_worker else 'separate'}, database "
+        f"{shown(settings.database_url)})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A worker alone: claims queued API jobs one at a time (one worker per device)."""
+    settings = _service_settings(args)
+    if settings is None:
+        return EXIT_INPUT
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("spectune").setLevel(logging.INFO)
+    store = Store(settings.database_url)
+    store.ensure_schema()
+    w = Worker(
+        store,
+        work_dir=settings.work_dir,
+        poll_s=settings.worker_poll_s,
+        heartbeat_s=settings.worker_heartbeat_s,
+        stale_after_s=settings.worker_stale_after_s,
+        devices=args.devices,
+    )
+    devices = f", devices {args.devices}" if args.devices else ""
+    print(
+        f"spectune: worker {w.worker_id} on {shown(settings.database_url)}{devices}",
+        file=sys.stderr,
+    )
+    if w.run_until_signal(once=args.once):
+        # SIGTERM or Ctrl-C: the trial in flight was aborted, recorded and put back.
+        err("stopped; a trial in flight was put back to run again, its job back in the queue")
+        return 130
+    if args.once:
+        job = w.last_job
+        print("no queued job" if job is None else f"ran job {job}", file=sys.stderr)
+    return EXIT_OK
+    try:
+        w.run_forever()
+    except KeyboardInterrupt:
+        w.stop()  # the job in flight goes back to the queue
+        err("interrupted; the running job (if any) is back in the queue")
+        return 130
+    return EXIT_OK

@@ -1,0 +1,154 @@
+"""Riding out a database restart: retry a write with backoff, for our tables and Optuna's.
+
+Why: a job runs for hours while its database may restart (an upgrade, a fail-over). A lost
+connection raises once; SQLAlchemy then drops the pool (and ``pool_pre_ping`` tests the next
+connection), so the same write tried again a moment later succeeds and no result is lost.
+Only connection-level errors are retried; a constraint or a bad query fails at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import optuna
+import sqlalchemy
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
+from optuna.storages._rdb import models
+from optuna.storages._rdb.storage import _create_scoped_session
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+__all__ = ["RETRY_FOR_S", "ResilientRDBStorage", "is_disconnect", "retry_db"]
+
+log = logging.getLogger("spectune.storage")
+
+RETRY_FOR_S = 120.0  # how long a write keeps trying before the error reaches the job
+_FIRST_WAIT_S, _MAX_WAIT_S = 0.25, 5.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """A lost or refused connection, anywhere in the cause chain (``StorageError`` and
+    Optuna's ``StorageInternalError`` wrap the SQLAlchemy error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OperationalError | InterfaceError):
+            return True
+        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retry_db(fn: Callable[P, R]) -> Callable[P, R]:
+    """Call ``fn`` (a method of an object with a ``url``) again with exponential backoff
+    while a server database is unreachable, for the object's ``retry_for_s`` at most."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        owner = args[0] if args else None
+        # A SQLite file does not restart: only its write lock (other workers) is waited out.
+        sqlite = str(getattr(owner, "url", "")).startswith("sqlite")
+        deadline = time.monotonic() + getattr(owner, "retry_for_s", RETRY_FOR_S)
+        wait = _FIRST_WAIT_S
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                retry = "database is locked" in str(e) if sqlite else is_disconnect(e)
+                if not retry or time.monotonic() + wait > deadline:
+                    raise
+                log.warning("database unreachable in %s; retrying in %.2f s", fn.__name__, wait)
+                time.sleep(wait)
+                wait = min(2 * wait, _MAX_WAIT_S)
+
+    return wrapper
+
+
+# Optuna storage methods retried after a lost connection. Reads are safe to repeat; so are the
+# writes below, except that a repeated finishing write may find its first attempt applied.
+_RETRIED = (
+    "get_study_id_from_name",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_trial",
+    "get_all_trials",
+    "get_n_trials",
+    "get_trial_id_from_study_id_trial_number",
+    "get_best_trial",
+    "create_new_trial",
+    "set_trial_param",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "_get_stale_trial_ids",
+    "unbeaten_trial_ids",
+)
+
+
+class ResilientRDBStorage(RDBStorage):
+    """Optuna's RDB storage whose calls survive a database restart, and whose trial
+    heartbeat never dies of one (Optuna's heartbeat thread ends at its first error, after
+    which the trial would look dead to the other workers while it still runs)."""
+
+    def set_trial_state_values(
+        self, trial_id: int, state: optuna.trial.TrialState, values: Any = None
+    ) -> bool:
+        attempt = 0
+
+        def once() -> bool:
+            nonlocal attempt
+            attempt += 1
+            try:
+                return RDBStorage.set_trial_state_values(self, trial_id, state, values)
+            except UpdateFinishedTrialError:
+                if attempt > 1 and self.get_trial(trial_id).state == state:
+                    return True  # the first attempt was applied before the connection dropped
+                raise
+
+        return retry_db(once)()
+
+    def unbeaten_trial_ids(self, study_id: int, older_than_s: float) -> list[int]:
+        """Running trials that never recorded a heartbeat and started over ``older_than_s``
+        ago: Optuna's staleness check skips them, yet nobody runs them (a worker died
+        between asking and its first beat, or a job stored before heartbeats)."""
+        with _create_scoped_session(self.scoped_session, True) as session:
+            cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=older_than_s)
+            beaten = sqlalchemy.select(models.TrialHeartbeatModel.trial_id)
+            rows = session.execute(
+                sqlalchemy.select(models.TrialModel.trial_id).where(
+                    models.TrialModel.study_id == study_id,
+                    models.TrialModel.state == optuna.trial.TrialState.RUNNING,
+                    models.TrialModel._datetime_start_utc < cutoff,
+                    models.TrialModel.trial_id.not_in(beaten),
+                )
+            )
+            return [r[0] for r in rows]
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            retry_db(RDBStorage.record_heartbeat)(self, trial_id)
+        except Exception:
+            log.exception("trial id %s: heartbeat not recorded", trial_id)
+
+
+def _retrying(name: str) -> Callable[..., Any]:
+    base = getattr(ResilientRDBStorage, name)
+
+    def method(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
+        return retry_db(base)(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in _RETRIED:
+    setattr(ResilientRDBStorage, _name, _retrying(_name))
