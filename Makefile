@@ -43,13 +43,13 @@ test: $(UI_STAMP)
 	@# Storage tests also run on PostgreSQL: a private cluster from Debian's server binaries
 	@# (tests/pg_server.py), unless TEST_DB_URL names a server.
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update && apt-get install -y postgresql)
-	$(BIN)/ruff check tuner tests scripts bench migrations
-	$(BIN)/ruff format --check tuner tests scripts bench migrations
+	$(BIN)/ruff check tuner tests scripts bench migrations setup.py
+	$(BIN)/ruff format --check tuner tests scripts bench migrations setup.py
 	$(BIN)/pytest -q -ra
 
 lint: $(STAMP)
-	$(BIN)/ruff check tuner tests scripts bench migrations
-	$(BIN)/ruff format --check tuner tests scripts bench migrations
+	$(BIN)/ruff check tuner tests scripts bench migrations setup.py
+	$(BIN)/ruff format --check tuner tests scripts bench migrations setup.py
 
 clean-venv:
 	rm -rf $(VENV)
