@@ -19,6 +19,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner.hardware import hardware_fingerprint
 from tuner.job import create_job, run_job
 from tuner.space import SpaceError, load_space
 from tuner.storage import Store
@@ -45,6 +46,11 @@ def main() -> int:
     ap.add_argument("--db", default=f"sqlite:///{REPO / '.spectune' / 'surface.db'}")
     ap.add_argument("--work-dir", type=Path, default=REPO / ".spectune")
     ap.add_argument("--limit", type=int, help="measure at most this many configurations now")
+    ap.add_argument(
+        "--allow-other-host",
+        action="store_true",
+        help="resume a recording started on other hardware (its numbers will mix machines)",
+    )
     args = ap.parse_args()
     try:
         space = load_space(args.space)
@@ -56,6 +62,9 @@ def main() -> int:
         update={
             "name": name,
             "measurement": space.measurement.model_copy(update={"confirm_top": 0, "prune": False}),
+            # Every configuration as written: the guided search would launch a batch size
+            # or memory share as its class's member, and a surface must hold each one.
+            "search": "sampler",
         }
     )  # start_with stays in the header: the grid is enqueued, so it is not run
     grid = grid_params(space)
@@ -72,6 +81,17 @@ def main() -> int:
             study.enqueue_trial(p)
         print(f"recording {len(grid)} configurations as job {job_id} in {url}")
     else:
+        here = hardware_fingerprint(space.engine.device)
+        there = store.job(job_id).space.get("hardware")
+        if there != here and not args.allow_other_host:
+            print(
+                f"refusing to resume job {job_id} on other hardware: it was recorded on "
+                f"{there!r}, this is {here!r}. Machines differ up to 3x in speed, so a surface "
+                "mixing them compares machines, not configurations. Record on the first "
+                "machine, start a new surface (--db), or pass --allow-other-host.",
+                file=sys.stderr,
+            )
+            return 2
         # Resume: what was measured (or failed on its own) stays; the rest is enqueued again.
         done = {
             config_key(t.params)

@@ -29,6 +29,7 @@ slo: {{p99_tpot_ms: {slo}}}
 measurement: {{confirm_top: {confirm}}}
 trials: {trials}
 seed: 3
+search: {search}
 """
 
 
@@ -39,6 +40,6 @@ def make_space_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _space(d: Path, drafts="good_draft", slo=1000, trials=8, confirm=2):
-    text = SPACE.format(drafts=drafts, slo=slo, trials=trials, confirm=confirm)
+def _space(d: Path, drafts="good_draft", slo=1000, trials=8, confirm=2, search="guided"):
+    text = SPACE.format(drafts=drafts, slo=slo, trials=trials, confirm=confirm, search=search)
     return loads_space(text, base_dir=d)

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from tuner.engines import EngineConfig
 from tuner.hardware import hardware_fingerprint
-from tuner.integrations import label_study, on_job_end, on_job_start
+from tuner.integrations import label_study, on_job_end, on_job_start, on_job_stopped
 from tuner.measure import (
     JobCancelled,
     JobControl,
@@ -33,7 +33,7 @@ from tuner.measure import (
     measure_references,
 )
 from tuner.pareto import job_report, score
-from tuner.search import SearchStrategy
+from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.space import SearchSpace
 from tuner.storage import JobModel, Store, space_of_job
 from tuner.surface import ReplayMeasurer
@@ -224,6 +224,7 @@ def _run_trials(
             raise JobCancelled("job cancelled")
         if store.take_trial_slot(job_id):
             recovery.sweep(study)
+            runner.strategy.propose(study)
             run_one(study, runner)
             continue
         if not owner:
@@ -269,6 +270,7 @@ def run_job(
     except WorkloadError as e:
         if not join:
             store.end_job(job_id, "failed", str(e))
+            on_job_stopped(store, job_id, "failed")
         raise
     # Another seed per helper: two samplers with one seed and one history propose the same
     # point; the constant liar keeps each away from what the others are running.
@@ -285,7 +287,8 @@ def run_job(
         recovery.sweep(study)
         if not study.trials:
             for params, skip in strategy.initial_params():
-                study.enqueue_trial(params, skip_if_exists=skip)
+                note = {GUIDE_ATTR: {"by": "start"}}
+                study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
         store.sync_trial_slots(job_id, _slots_used(study))
     measurer = _measurer(store, job_id, space, prompts, work_dir, control, launcher, ctx.devices)
     if space.hosted and measurer.live and not join:
@@ -320,14 +323,17 @@ def run_job(
             recovery.requeue(study, runner.interrupted)  # the worker puts the job back
         elif not join:
             store.end_job(job_id, "cancelled", "cancelled")
+            on_job_stopped(store, job_id, "cancelled")
         return store.job(job_id)
     except KeyboardInterrupt:
         if not join:
             store.end_job(job_id, "cancelled", "interrupted by the user")
+            on_job_stopped(store, job_id, "cancelled")
         raise
     except Exception as e:
         if not join:
             store.end_job(job_id, "failed", f"{type(e).__name__}: {e}")
+            on_job_stopped(store, job_id, "failed")
         raise
     store.end_job(job_id, "succeeded", None)
     on_job_end(store, job_id)

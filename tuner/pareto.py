@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tuner.storage import Store, space_of_job
+from tuner.surface._format import surface_is_simulated
 from tuner.verdict import Verdict, crossover_concurrency, verdicts
 
 __all__ = [
@@ -139,6 +140,7 @@ class Report:
     crossover: dict[int, int | None]
     baseline_by_conc: dict[int, dict[str, Any]]
     replay_surface: str | None = None  # set when the job replayed a recorded surface
+    replay_simulated: bool = False  # that surface was written by a simulator, not measured
     target: str = ""  # the served checkpoint every point here shares (with its own baseline)
     other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
@@ -247,6 +249,7 @@ def job_report(
             continue
         vd[r.number] = verdicts(by_trial[r.number], base_by_conc)
         cross[r.number] = crossover_concurrency(vd[r.number])
+    surf = space.resolve(space.engine.surface) if space.engine.surface else None
     return Report(
         job_id=job_id,
         workload=wl,
@@ -260,7 +263,8 @@ def job_report(
         verdicts=vd,
         crossover=cross,
         baseline_by_conc=base_by_conc,
-        replay_surface=space.resolve(space.engine.surface) if space.engine.surface else None,
+        replay_surface=surf,
+        replay_simulated=surf is not None and surface_is_simulated(surf),
         target=tgt,
         other_targets=others,
         references=tuple(references),

@@ -33,7 +33,7 @@ from tuner.measure import (
     lossless_match,
     objective_values,
 )
-from tuner.search import SearchStrategy
+from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.space import SearchSpace
 from tuner.storage import Store
 
@@ -111,7 +111,7 @@ class TrialRunner:
         if self.control.cancelled:
             raise JobCancelled("job cancelled")
         t0 = time.monotonic()
-        params = sample_candidate(trial, self.space)
+        params, note = self._candidate(trial)
         cfg = engine_config(params, self.space)
         if self.on_start:
             self.on_start(trial.number, params)
@@ -124,6 +124,7 @@ class TrialRunner:
             engine_key=cfg.key(),
             worker_id=self.worker_id,
             devices=self.devices,
+            search=note,
         )
         trial.set_user_attr("spectune_trial_id", trial_id)
         try:
@@ -166,6 +167,16 @@ class TrialRunner:
         on_trial_stored(self, trial, params, "complete", measurements, extra)
         self._emit(trial.number, "complete", params, t0, _summary(primary, extra))
         return values
+
+    def _candidate(self, trial: optuna.Trial) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The configuration to launch (its class's member) and how it was proposed."""
+        proposed = sample_candidate(trial, self.space)
+        params, why = self.strategy.canonical(proposed)
+        note = dict(trial.user_attrs.get(GUIDE_ATTR) or {"by": "sampler"})
+        if why:
+            changed = {k: v for k, v in proposed.items() if params.get(k) != v}
+            note["class"] = {"proposed": changed, "why": why}
+        return params, note
 
     def _emit(self, number: int, state: str, params: dict, t0: float, summary: str) -> None:
         if self.on_trial:

@@ -33,12 +33,13 @@ import signal
 import socket
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from tuner.engines import reap_stale
 from tuner.job import JobControl, WorkerContext, run_job
 from tuner.storage import Store
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerSettings", "worker_from_settings"]
 
 log = logging.getLogger("spectune.worker")
 
@@ -258,3 +259,37 @@ class Worker:
             control.cancel()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
+
+
+class WorkerSettings(Protocol):
+    """The service settings a worker is built from (``tuner.api.ServiceSettings``; named
+    here by shape, as the API package imports this module)."""
+
+    @property
+    def work_dir(self) -> Path: ...
+    @property
+    def worker_poll_s(self) -> float: ...
+    @property
+    def worker_heartbeat_s(self) -> float: ...
+    @property
+    def worker_stale_after_s(self) -> float: ...
+
+
+def worker_from_settings(
+    store: Store,
+    settings: WorkerSettings,
+    *,
+    devices: str | None = None,
+    launcher: list[str] | None = None,
+) -> Worker:
+    """The worker ``spectune worker`` runs and ``spectune serve`` embeds, from the service
+    settings. ``store`` keeps its own (long) reconnect retry: a job rides out a restart."""
+    return Worker(
+        store,
+        work_dir=settings.work_dir,
+        poll_s=settings.worker_poll_s,
+        heartbeat_s=settings.worker_heartbeat_s,
+        stale_after_s=settings.worker_stale_after_s,
+        devices=devices,
+        launcher=launcher,
+    )

@@ -5,8 +5,10 @@
 // confirmed by a second launch has a check mark; whiskers are the 95% intervals over the
 // repeats (clipped at the plot's edge, where they have no cap); when the x axis is a latency
 // with an SLO (p99 TPOT or TTFT) the SLO is a vertical line you can drag. A point is a link to
-// its trial (Enter or click).
+// its trial (Enter or click). Predictions of a guided job (never measurements) are hollow
+// markers with a dashed outline (predicted.js), drawn under the measured points.
 
+import { drawPredicted, placeable, predVal } from "./predicted.js";
 import { describe, metricLabel, METRIC_DIRECTIONS } from "./util.js";
 
 const NS = "http://www.w3.org/2000/svg";
@@ -57,7 +59,7 @@ export function paretoChart(host, { onSlo, onOpen }) {
   const px = (x) => M.l + (x / xmax) * (W - M.l - M.r);
   const inv = (sx) => ((sx - M.l) / (W - M.l - M.r)) * xmax;
   const gAxes = el("g", {}, svg), gFront = el("g", {}, svg), gCi = el("g", {}, svg);
-  const gPts = el("g", {}, svg);
+  const gPred = el("g", { "data-testid": "predicted-points" }, svg), gPts = el("g", {}, svg);
   const gSlo = el("g", { class: "slo", "data-testid": "slo-line" }, svg);
   const sloLine = el("line", { y1: M.t, y2: H - M.b }, gSlo);
   const sloHit = el("rect", { y: M.t, width: 16, height: H - M.t - M.b, class: "slo-hit" }, gSlo);
@@ -99,8 +101,9 @@ export function paretoChart(host, { onSlo, onOpen }) {
   gSlo.addEventListener("pointercancel", end);
 
   // `opts.axes` (chartAxes), `opts.lookup(point)`: the trial's measurement at the point's
-  // level, for an objective the Pareto answer does not carry (requests/s, p50 TTFT, …).
-  function render(data, slo, { rescale = true, axes: ax, lookup = () => null } = {}) {
+  // level, for an objective the Pareto answer does not carry (requests/s, p50 TTFT, …);
+  // `opts.predicted`: the job's predictions (GET /api/jobs/{id}/predictions points).
+  function render(data, slo, { rescale = true, axes: ax, lookup = () => null, predicted = [] } = {}) {
     if (ax) axes = ax;
     const val = (p, m) => {
       const v = p[m] !== undefined ? p[m] : lookup(p)?.[m];
@@ -113,11 +116,13 @@ export function paretoChart(host, { onSlo, onOpen }) {
     };
     const X = axes.x.metric, Y = axes.y.metric;
     const pts = data.points.filter((p) => val(p, X) !== null && val(p, Y) !== null);
-    svg.setAttribute("aria-label", `Pareto chart: ${metricLabel(Y)} against ${metricLabel(X)}, ${pts.length} points`);
-    const ymax = Math.max(1e-6, ...pts.map((p) => val(p, Y))) * 1.12;
-    if (rescale || !dragging) xmax = Math.max(1e-6, ...pts.map((p) => val(p, X))) * 1.3;
+    const preds = placeable(predicted, data, axes);
+    svg.setAttribute("aria-label", `Pareto chart: ${metricLabel(Y)} against ${metricLabel(X)}, ${pts.length} ` +
+      `measured points` + (preds.length ? ` and ${preds.length} predicted (not measured)` : ""));
+    const ymax = Math.max(1e-6, ...pts.map((p) => val(p, Y)), ...preds.map((q) => predVal(q, Y))) * 1.12;
+    if (rescale || !dragging) xmax = Math.max(1e-6, ...pts.map((p) => val(p, X)), ...preds.map((q) => predVal(q, X))) * 1.3;
     const py = (y) => H - M.b - (y / ymax) * (H - M.t - M.b);
-    gAxes.replaceChildren(); gFront.replaceChildren(); gCi.replaceChildren(); gPts.replaceChildren();
+    gAxes.replaceChildren(); gFront.replaceChildren(); gCi.replaceChildren(); gPred.replaceChildren(); gPts.replaceChildren();
     for (const t of ticks(xmax)) {
       el("line", { x1: px(t), x2: px(t), y1: M.t, y2: H - M.b, class: "grid" }, gAxes);
       el("text", { x: px(t), y: H - M.b + 16, class: "tick", "text-anchor": "middle" }, gAxes).textContent = t;
@@ -140,6 +145,11 @@ export function paretoChart(host, { onSlo, onOpen }) {
       whiskers(gCi, p, px(val(p, X)), py(val(p, Y)), ci(p, X), ci(p, Y), px, py, box,
         p.concurrency === data.concurrency ? "sel" : "other");
     }
+    const showAt = (x, y, text) => {
+      tip.textContent = text; tip.hidden = false;
+      tip.style.left = `${(x / W) * 100}%`; tip.style.top = `${(y / H) * 100}%`;
+    };
+    drawPredicted(gPred, preds, { el, px, py, axes, data, show: showAt, hide: () => { tip.hidden = true; } });
     for (const p of pts) {
       const x = px(val(p, X)), y = py(val(p, Y));
       const cls = ["pt", p.feasible ? "feasible" : "infeasible", p.concurrency === data.concurrency ? "sel" : "other"];
@@ -157,10 +167,7 @@ export function paretoChart(host, { onSlo, onOpen }) {
         el("text", { x: x + 7, y: y - 7, class: `confirmed-mark ${cls[2]}`, "data-testid": "confirmed-mark",
           "data-trial": p.trial_number, "data-concurrency": p.concurrency, "aria-hidden": "true" }, gPts).textContent = "✓";
       }
-      const show = () => {
-        tip.textContent = text; tip.hidden = false;
-        tip.style.left = `${(x / W) * 100}%`; tip.style.top = `${(y / H) * 100}%`;
-      };
+      const show = () => showAt(x, y, text);
       shape.addEventListener("mouseenter", show);
       shape.addEventListener("focus", show);
       shape.addEventListener("mouseleave", () => { tip.hidden = true; });

@@ -1,7 +1,8 @@
 // The job page: progress and cancel, the Pareto chart (its axes the job's objectives) with
 // its SLO and concurrency controls, why the winner won, the history of the first objective and
 // the parameter importances the data supports, the round-cost verdict, the export panel, the
-// running trial's live log, and the trials table (sort, compare, CSV).
+// running trial's live log, and the trials table (sort, compare, CSV). A guided job's
+// predictions are drawn apart from its measurements; a simulated surface says so on top.
 
 import { api, ApiError, fieldErrors } from "./api.js";
 import { chartAxes, paretoChart } from "./chart.js";
@@ -27,6 +28,10 @@ function progress(job) {
 
 export async function jobPage(gen, jobId) {
   const head = h("div", { class: "jobhead" });
+  const simBanner = h("p", { class: "simulated", "data-testid": "simulated-banner", hidden: true,
+    text: "SIMULATED: no number on this page was measured" });
+  const predLegend = h("span", { "data-testid": "predicted-legend", hidden: true },
+    h("span", { class: "key predicted" }), "predicted (not measured) ");
   const chartHost = h("div", { class: "chart" });
   const summary = h("p", { class: "summary", "data-testid": "pareto-summary" });
   const whyBox = h("ul", { class: "why", "data-testid": "why-winner" });
@@ -54,6 +59,7 @@ export async function jobPage(gen, jobId) {
   const view = { sortBy: 0, dir: 1, selected: new Set() };
   const UNSET = Symbol("unset");
   let job = null, lastDone = "", slo = null, winner = UNSET, trials = [], lastRep = null, axes = chartAxes([]);
+  let predicted = [];
   const sloInput = () => (axes.sloMetric === "p99_ttft_ms" ? sloTtft : sloTpot);
 
   const chart = paretoChart(chartHost, {
@@ -85,7 +91,7 @@ export async function jobPage(gen, jobId) {
     }
   }
 
-  app.replaceChildren(head,
+  app.replaceChildren(simBanner, head,
     h("section", { class: "card" }, h("h2", { text: "Pareto front" }),
       h("div", { class: "row controls" },
         h("label", {}, "SLO p99 TPOT (ms) ", sloTpot),
@@ -97,7 +103,7 @@ export async function jobPage(gen, jobId) {
         h("span", { class: "key infeasible" }), "infeasible ",
         h("span", { class: "key baseline" }), "baseline ",
         h("span", { class: "key winner" }), "winner ",
-        h("i", { class: "key confirmed" }), " confirmed by a second launch ",
+        h("i", { class: "key confirmed" }), " confirmed by a second launch ", predLegend,
         h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
       summary, whyBox, alsoBox),
     h("section", { class: "card" }, h("h2", { text: "History" }),
@@ -144,7 +150,9 @@ export async function jobPage(gen, jobId) {
       lastRep = rep;
       axes = chartAxes(rep.objectives);
       slo = axes.sloMetric ? rep.slo[axes.sloMetric] ?? null : null;
-      chart.render(rep, slo, { rescale: false, axes, lookup });
+      chart.render(rep, slo, { rescale: false, axes, lookup, predicted });
+      simBanner.hidden = !rep.replay_simulated;
+      predLegend.hidden = !predicted.some((q) => q.workload === rep.workload);
       drawHistory();
       verdictNote.textContent = `Mean time per output token of each speculative configuration against the ` +
         `baseline's at the same concurrency (workload ${rep.workload}): speculation pays when it is lower.`;
@@ -235,6 +243,11 @@ export async function jobPage(gen, jobId) {
       trials = page.items;
       csvBtn.disabled = !trials.length;
       trialsBox.replaceChildren(trialsTable(jobId, trials, view, onSelect));
+      try {
+        predicted = (await api(`/api/jobs/${jobId}/predictions`)).points;
+      } catch {
+        predicted = []; // e.g. a job stored by another version: its measurements still show
+      }
       winner = UNSET;
       loadImportance();
       await loadPareto();

@@ -1,6 +1,7 @@
 // The job page's trials table (sortable by any column from the keyboard: a button in each
 // header, aria-sort on the sorted one), its "compare" selection and its CSV download.
 
+import { predictedText, predictedTitle, proposedTitle } from "./predicted.js";
 import { describe, fmt, h, int, pct } from "./util.js";
 
 const note = (t) => t.fail_reason
@@ -30,6 +31,11 @@ export function trialsTable(jobId, trials, view, onSelect) {
       ? "reference" : pct(t.lossless_match_rate)],
     ["KV tokens", (t) => t.kv_cache_tokens, (t) => int(t.kv_cache_tokens)],
     ["peak RSS MB", (t) => t.peak_rss_mb, (t) => int(t.peak_rss_mb)],
+    // How the search proposed it; its prediction (made before the launch, never a measurement).
+    ["proposed by", (t) => t.search?.by ?? null, (t) => h("span", { "data-testid": "proposed-by",
+      title: proposedTitle(t), text: t.search?.by ?? "-" })],
+    ["predicted", (t) => t.search?.predicted?.value ?? null, (t) => h("span", { "data-testid": "predicted-cell",
+      title: predictedTitle(t), text: predictedText(t) })],
     ["note", (t) => t.fail_reason || "", note],
   ];
   const tbody = h("tbody");

@@ -50,7 +50,8 @@ def wsgi_get(app: Callable[..., Any], path: str) -> dict[str, Any]:
 @pytest.fixture(scope="package")
 def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FinishedJob]:
     """8 trials over 7 distinct configurations (so one trial at least reuses another's
-    launch), the best one confirmed, every trial logged to MLflow."""
+    launch: the plain sampler repeats itself, the guided search would not), the best one
+    confirmed, every trial logged to MLflow."""
     d = make_space_dir(tmp_path_factory.mktemp("job"))
     db_url = f"sqlite:///{d / 'spectune.db'}"
     uri = (d / "mlruns").as_uri()
@@ -58,7 +59,7 @@ def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FinishedJ
         mp.setenv(ENV_TRACKING_URI, uri)
         mp.setenv(ENV_EXPERIMENT, "spectune-test")
         mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps file stores opt-in
-        job_id = create_job(Store(db_url), _space(d, trials=8, confirm=1))
+        job_id = create_job(Store(db_url), _space(d, trials=8, confirm=1, search="sampler"))
         launcher = [sys.executable, str(FAKE_SERVER)]
         run_job(Store(db_url), job_id, work_dir=d / "work", launcher=launcher)
         yield FinishedJob(db_url, job_id, uri, "spectune-test")

@@ -98,7 +98,7 @@ def test_a_failed_trial_gets_a_failed_run_when_the_job_ends(space_dir, db_url, m
     monkeypatch.setenv(ENV_TRACKING_URI, uri)
     monkeypatch.setenv(ENV_EXPERIMENT, "failed-runs")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    text = SPACE.format(drafts="bad_vocab", slo=1000, trials=2, confirm=0)
+    text = SPACE.format(drafts="bad_vocab", slo=1000, trials=2, confirm=0, search="guided")
     text += "start_with: [{method: draft_model, num_speculative_tokens: 2, draft: bad_vocab}]\n"
     job_id = create_job(Store(db_url), loads_space(text, base_dir=space_dir))
     launcher = [sys.executable, str(FAKE_SERVER)]

@@ -199,9 +199,9 @@ def test_cancel_stops_the_running_engine(space_dir, db_url, fake_launcher):
     from tuner.job import JobControl
 
     control = JobControl()
-    text = SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=2).replace(
-        "max_tokens: 12", "max_tokens: 400"
-    )
+    text = SPACE.format(
+        drafts="good_draft", slo=1000, trials=3, confirm=2, search="guided"
+    ).replace("max_tokens: 12", "max_tokens: 400")
     space = loads_space(text, base_dir=space_dir)
     job_id = create_job(Store(db_url), space)
     launcher = [*fake_launcher]
@@ -248,9 +248,9 @@ def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launc
 def test_lossless_guard_flags_configs_whose_greedy_output_drifts(space_dir, db_url, fake_launcher):
     # Noise is not under test here: on a loaded machine the FAKE's tiny runs can look noisy,
     # which would keep the baseline off the front for an unrelated reason.
-    text = SPACE.format(drafts="good_draft", slo=1000, trials=3, confirm=0).replace(
-        "{confirm_top: 0}", "{confirm_top: 0, max_relative_mad: 10}"
-    )
+    text = SPACE.format(
+        drafts="good_draft", slo=1000, trials=3, confirm=0, search="guided"
+    ).replace("{confirm_top: 0}", "{confirm_top: 0, max_relative_mad: 10}")
     job_id = create_job(Store(db_url), loads_space(text, base_dir=space_dir))
     # --fake-lossy on the launcher, not in engine.extra_args: a space may pass only the
     # engine's allow-listed flags (tests/engines/test_engine_args.py).

@@ -21,12 +21,13 @@ from tuner.api.routes import (
     logs,
     metrics,
     pareto,
+    predictions,
     search_spaces,
     trials,
 )
 from tuner.api.settings import ServiceSettings
 from tuner.storage import Store
-from tuner.worker import Worker
+from tuner.worker import worker_from_settings
 
 __all__ = ["create_app"]
 
@@ -51,14 +52,7 @@ def create_app(
         await run_in_threadpool(store.ensure_schema)
         worker = None
         if embedded:
-            worker = Worker(
-                store,
-                work_dir=settings.work_dir,
-                poll_s=settings.worker_poll_s,
-                heartbeat_s=settings.worker_heartbeat_s,
-                stale_after_s=settings.worker_stale_after_s,
-                launcher=launcher,
-            )
+            worker = worker_from_settings(store, settings, launcher=launcher)
             worker.start()
         app.state.worker = worker
         try:
@@ -82,7 +76,18 @@ def create_app(
     app.add_middleware(RateLimit, rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
     app.add_middleware(metrics.RequestMetrics, latency=latency)
 
-    for r in (health, metrics, jobs, trials, pareto, exports, search_spaces, logs, importance):
+    for r in (
+        health,
+        metrics,
+        jobs,
+        trials,
+        pareto,
+        predictions,
+        exports,
+        search_spaces,
+        logs,
+        importance,
+    ):
         app.include_router(r.router)
 
     install_problem_handlers(app)

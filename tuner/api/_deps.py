@@ -33,8 +33,13 @@ SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 
 def get_store(settings: SettingsDep) -> Store:
     """The service's database (as the FastAPI template's ``SessionDep``): the routes and
-    services reach it only through this ``Store``, which owns every session."""
-    return Store(settings.database_url)
+    services reach it only through this ``Store``, which owns every session.
+
+    A request waits ``db_retry_s`` (seconds) for an unreachable database, then answers 503;
+    the storage layer's long retry is for the worker, whose job must outlive a restart."""
+    store = Store(settings.database_url)
+    store.retry_for_s = settings.db_retry_s
+    return store
 
 
 StoreDep = Annotated[Store, Depends(get_store)]

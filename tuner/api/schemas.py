@@ -168,6 +168,20 @@ class TrialPublic(_Frozen):
     peak_rss_mb: float | None = Field(None, description="peak resident memory of the engine")
     metrics: dict[str, Any] = Field(description="at the job's objective concurrency")
     measurements: list[dict[str, Any]] = Field(description="every concurrency level")
+    worker_id: str | None = Field(None, description="the worker that ran it")
+    devices: str | None = Field(None, description="the devices it ran on (worker --devices)")
+    search: dict[str, Any] | None = Field(
+        None,
+        description="how the search proposed it: by (start, guide: scan, guide: depth, sampler, "
+        "neighbour), why, predicted (made before the launch, never a measurement: objective, "
+        "value, rel_sigma, level, metrics, basis, notes) and class (proposed: what was "
+        "proposed, why: why its class's member was launched instead); null for older jobs",
+    )
+    prediction_error_pct: float | None = Field(
+        None,
+        description="measured minus predicted first objective, % of the predicted value; null "
+        "without a prediction or a measurement",
+    )
 
 
 class TrialPage(_Frozen):
@@ -306,6 +320,9 @@ class ParetoPublic(_Frozen):
         None,
         description="set when the job replayed a recorded surface (search benchmarking): "
         "no number here was measured by this job",
+    )
+    replay_simulated: bool = Field(
+        False, description="that surface was written by a simulator: no number was measured"
     )
     target: str = Field("", description="the served checkpoint every point here shares")
     other_targets: list[str] = Field(

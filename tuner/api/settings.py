@@ -38,6 +38,8 @@ from tuner.storage import DEFAULT_DATABASE_URL
 __all__ = ["REPO_DIR", "ServiceSettings", "hash_token", "token_matches"]
 
 REPO_DIR = Path(__file__).resolve().parents[2]
+# An API request is answered within this; a longer wait belongs to the worker, not a client.
+_MAX_DB_RETRY_S = 60.0
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
@@ -117,6 +119,12 @@ class ServiceSettings(BaseSettings):
     max_input_file_bytes: Annotated[int, Field(ge=1, le=2**40)] = Field(
         256 * 1024 * 1024, description="Largest workload or surface file a job may name."
     )
+    db_retry_s: Annotated[float, Field(allow_inf_nan=False)] = Field(
+        3.0,
+        description="How long an API request waits for an unreachable database before it "
+        "answers 503 (0: no retry). The worker keeps the storage layer's long retry, so a "
+        "running job rides out a database restart.",
+    )
     worker_poll_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     worker_heartbeat_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     worker_stale_after_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
@@ -153,6 +161,16 @@ class ServiceSettings(BaseSettings):
             if not _HOST.fullmatch(host):
                 raise ValueError(f"{host!r}: give a host or host:port, no scheme or path")
         return tuple(h.lower() for h in v)
+
+    @field_validator("db_retry_s")
+    @classmethod
+    def _db_retry(cls, v: float) -> float:
+        if not 0 <= v <= _MAX_DB_RETRY_S:
+            raise ValueError(
+                f"db_retry_s: must be 0 to {_MAX_DB_RETRY_S:g} seconds (SPECTUNE_DB_RETRY_S), "
+                f"not {v:g}"
+            )
+        return v
 
     @field_validator("api_token_sha256")
     @classmethod

@@ -32,6 +32,7 @@ from tuner.cli._render import (
     trials_rows,
     trials_table,
 )
+from tuner.cli._search_text import search_text
 from tuner.cli._service import cmd_serve, cmd_worker
 from tuner.explain import explain, param_importances
 from tuner.export import ExportError, export_job
@@ -132,6 +133,8 @@ def _reportprint_json(store: Store, job_id: int, concurrency: int | None, slo: d
 
 def _print_report(store: Store, job_id: int, rep: Report) -> None:
     print(report_text(rep, explain(rep, param_importances(store, job_id))))
+    if text := search_text(store.trial_records(job_id)):
+        print("\n" + text)
     for other in rep.other_targets:
         orep = job_report(
             store,

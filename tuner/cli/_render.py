@@ -106,7 +106,13 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
 def report_text(rep: Report, why: list[str] | None = None) -> str:
     """The Pareto table, the round-cost verdicts, why the winner won and its exports."""
     lines = []
-    if rep.replay_surface is not None:
+    if rep.replay_surface is not None and rep.replay_simulated:
+        lines.append(
+            f"SIMULATED REPLAY: every number below was written by a simulator into "
+            f"{rep.replay_surface}, not measured; no engine ran in this job (search "
+            "benchmarking only)."
+        )
+    elif rep.replay_surface is not None:
         lines.append(
             f"REPLAY: every number below was answered from the recorded surface "
             f"{rep.replay_surface}; no engine ran in this job (search benchmarking only)."

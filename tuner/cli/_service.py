@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from tuner.api import ServiceSettings, create_app
 from tuner.cli._common import EXIT_INPUT, EXIT_OK, err, shown
 from tuner.storage import Store, database_url, token_state
-from tuner.worker import Worker
+from tuner.worker import worker_from_settings
 
 __all__ = ["cmd_serve", "cmd_worker"]
 
@@ -76,14 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logging.getLogger("spectune").setLevel(logging.INFO)
     store = Store(settings.database_url)
     store.ensure_schema()
-    w = Worker(
-        store,
-        work_dir=settings.work_dir,
-        poll_s=settings.worker_poll_s,
-        heartbeat_s=settings.worker_heartbeat_s,
-        stale_after_s=settings.worker_stale_after_s,
-        devices=args.devices,
-    )
+    w = worker_from_settings(store, settings, devices=args.devices)
     devices = f", devices {args.devices}" if args.devices else ""
     print(
         f"spectune: worker {w.worker_id} on {shown(settings.database_url)}{devices}",

@@ -1,5 +1,5 @@
 """Tools beside SpecTune that read its results: optuna-dashboard (which opens the same
-database) and MLflow (optional). ``tuner/job.py`` and ``tuner/trial.py`` call the three hooks
+database) and MLflow (optional). ``tuner/job.py`` and ``tuner/trial.py`` call the hooks
 below, one line each, so neither knows what is attached."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tuner.integrations._mlflow import (
     MlflowUnavailable,
     check_mlflow,
     log_job_end,
+    log_job_stopped,
     log_trial,
     tracking_uri,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "metric_names",
     "on_job_end",
     "on_job_start",
+    "on_job_stopped",
     "on_trial_stored",
     "trial_attrs",
     "tracking_uri",
@@ -83,3 +85,9 @@ def on_job_end(store: Store, job_id: int) -> None:
     winner's exports to MLflow."""
     write_job_summary(store.load_study(job_id), job_report(store, job_id))
     log_job_end(store, job_id)
+
+
+def on_job_stopped(store: Store, job_id: int, status: str) -> None:
+    """A job that ended otherwise (``status``: ``cancelled`` or ``failed``, as given to
+    ``store.end_job``): its MLflow parent run ends KILLED or FAILED. Never raises."""
+    log_job_stopped(store, job_id, status)

@@ -19,6 +19,7 @@ import optuna
 
 from tuner.pareto import Report, feasible
 from tuner.space import SearchSpace
+from tuner.storage import named_constraints
 
 __all__ = [
     "DASHBOARD_CONSTRAINTS_KEY",
@@ -117,8 +118,8 @@ def write_dashboard_attrs(
     optuna-dashboard reads (same values, in name order; their names in a user attr)."""
     for k, v in trial_attrs(measurements, extra, space).items():
         trial.set_user_attr(k, v)
-    named = trial.storage.get_trial(trial._trial_id).constraints
-    names = sorted(k for k in named if not k.isdigit())
+    named = named_constraints(trial.storage.get_trial(trial._trial_id).system_attrs)
+    names = sorted(named)
     if names:
         trial.set_user_attr("constraint_names", names)
         values = [_finite(float(named[k])) for k in names]

@@ -7,6 +7,16 @@ experiment, default ``spectune``). A job is one parent run, each trial a child r
 params, its medians and 95% intervals at every measured point, and tags for state, method,
 reuse and feasibility. MLflow is imported only when enabled (it takes seconds to import).
 A tracking server that fails is logged, never a failed tuning job.
+
+Several workers (processes, see ``run_job(join=True)``) may log one job, and MLflow has no
+unique constraint to create a run "if absent". So the parent is found by its tags (the
+job id and a hash of the database URL), and a worker that finds none creates one, then
+looks again: of all the job's parents it keeps the earliest (start time, then run id), moves
+the trial runs of the others under it and deletes them. Every worker applies the same rule
+on every lookup, so all converge on one parent. What stays racy: a trial run created under
+a parent in the moment another worker deletes that parent points at a deleted run until
+the job ends; the end of the job (``log_job_end``, ``log_job_stopped``) moves every trial
+run of the job under the surviving parent.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ __all__ = [
     "MlflowUnavailable",
     "check_mlflow",
     "log_job_end",
+    "log_job_stopped",
     "log_trial",
     "tracking_uri",
 ]
@@ -42,6 +53,8 @@ log = logging.getLogger(__name__)
 ENV_TRACKING_URI = "SPECTUNE_MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT = "SPECTUNE_MLFLOW_EXPERIMENT"
 _EXPORT_SUFFIX = {"vllm-json": "json", "vllm-schedule-json": "json", "trtllm-yaml": "yaml"}
+# A job's state (tuner.storage) -> its parent run's status.
+_RUN_STATUS = {"succeeded": "FINISHED", "cancelled": "KILLED", "failed": "FAILED"}
 
 
 class MlflowUnavailable(RuntimeError):
@@ -83,7 +96,15 @@ def _client() -> tuple[Any, Any]:
 def _experiment_id(client: Any) -> str:
     name = os.environ.get(ENV_EXPERIMENT) or "spectune"
     exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp is not None else client.create_experiment(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # another worker created it since (RESOURCE_ALREADY_EXISTS)
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 def _find(client: Any, exp_id: str, key: str, trial: int | None) -> Any | None:
@@ -93,13 +114,50 @@ def _find(client: Any, exp_id: str, key: str, trial: int | None) -> Any | None:
     return runs[0] if runs else None
 
 
+def _parents(client: Any, exp_id: str, key: str) -> list[Any]:
+    """The job's live parent runs, the one every worker keeps first."""
+    what = f"tags.`spectune.job` = '{key}' and tags.`spectune.trial` = 'job'"
+    runs = client.search_runs([exp_id], filter_string=what, max_results=100)
+    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def _reparent(client: Any, exp_id: str, key: str, parent: str, only: set[str] | None) -> None:
+    """Trial runs of the job under ``parent``: those under a run in ``only``, or all."""
+    what = f"tags.`spectune.job` = '{key}'"
+    for run in client.search_runs([exp_id], filter_string=what, max_results=50000):
+        tags = run.data.tags
+        if tags.get("spectune.trial") == "job" or tags.get("mlflow.parentRunId") == parent:
+            continue
+        if only is None or tags.get("mlflow.parentRunId") in only:
+            client.set_tag(run.info.run_id, "mlflow.parentRunId", parent)
+
+
+def _merge(client: Any, exp_id: str, key: str, runs: list[Any]) -> str:
+    """Keep the first of the job's parents; the others' trials move under it, they go."""
+    keep, extra = runs[0].info.run_id, {r.info.run_id for r in runs[1:]}
+    if extra:
+        log.info("MLflow: job %s had %d parent runs; keeping %s", key, len(runs), keep)
+        _reparent(client, exp_id, key, keep, extra)
+        for run_id in extra:
+            try:
+                client.delete_run(run_id)
+            except Exception as e:  # another worker deleted it first
+                log.debug("MLflow: duplicate parent %s not deleted: %s", run_id, e)
+    return keep
+
+
 def _parent(client: Any, exp_id: str, key: str, store: Store, job_id: int) -> str:
-    run = _find(client, exp_id, key, None)
-    if run is not None:
-        return run.info.run_id
-    job = store.job(job_id)
-    tags = {"spectune.job": key, "spectune.trial": "job", "spectune.space": job.name}
-    return client.create_run(exp_id, tags=tags, run_name=f"job {job_id}").info.run_id
+    """The job's parent run, created by the first worker to need it (see the module's
+    docstring for two workers that create it at once)."""
+    runs = _parents(client, exp_id, key)
+    if not runs:
+        job = store.job(job_id)
+        tags = {"spectune.job": key, "spectune.trial": "job", "spectune.space": job.name}
+        mine = client.create_run(exp_id, tags=tags, run_name=f"job {job_id}")
+        runs = _parents(client, exp_id, key)
+        if mine.info.run_id not in {r.info.run_id for r in runs}:  # a store slow to show it
+            runs = sorted([*runs, mine], key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    return _merge(client, exp_id, key, runs)
 
 
 def _metric_key(*parts: Any) -> str:
@@ -197,6 +255,7 @@ def _log_job_end(store: Store, job_id: int) -> None:
     space = store.space(job_id)
     exp_id, key = _experiment_id(client), _job_key(store, job_id)
     parent = _parent(client, exp_id, key, store, job_id)
+    _reparent(client, exp_id, key, parent, None)
     for r in store.trial_records(job_id):
         if r.state in ("waiting", "running"):
             continue
@@ -227,3 +286,24 @@ def _log_job_end(store: Store, job_id: int) -> None:
     if missing:
         client.log_text(parent, json.dumps(missing, indent=2), "exports/unavailable.json")
     client.set_terminated(parent, status="FINISHED")
+
+
+def log_job_stopped(store: Store, job_id: int, state: str) -> None:
+    """A job ended ``cancelled`` or ``failed`` (or ``succeeded``): its parent run ends
+    KILLED, FAILED (or FINISHED), all its trial runs under it. A job that logged no trial
+    has no run to end. Never raises: it runs while the job's own exception is raised."""
+    if tracking_uri() is None:
+        return
+    try:
+        _, client = _client()
+        exp = client.get_experiment_by_name(os.environ.get(ENV_EXPERIMENT) or "spectune")
+        key = _job_key(store, job_id)
+        runs = [] if exp is None else _parents(client, exp.experiment_id, key)
+        if not runs:
+            return
+        parent = _merge(client, exp.experiment_id, key, runs)
+        _reparent(client, exp.experiment_id, key, parent, None)
+        client.set_tag(parent, "spectune.job_state", state)
+        client.set_terminated(parent, status=_RUN_STATUS.get(state, "FAILED"))
+    except Exception as e:  # MlflowUnavailable too: on_job_start has said it already
+        log.warning("MLflow: end of job %s (%s) not logged: %s", job_id, state, e)

@@ -191,6 +191,12 @@ class SearchSpace(StrictModel):
         "target, engine and hardware (after the baseline and start_with).",
     )
     trials: Annotated[int, Field(ge=1, le=10_000)] = 8
+    search: Literal["guided", "sampler"] = Field(
+        "guided",
+        description="guided: one launch per proposer prices its depths, the best predicted "
+        "depth next, batch size and memory collapsed into classes; sampler: Optuna's TPE "
+        "alone, every axis launched as proposed.",
+    )
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="Optuna's sampler seed (0 to 2**32-1)"
     )

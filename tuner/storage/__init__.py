@@ -24,7 +24,7 @@ from tuner.storage._models import (
     TrialModel,
     utcnow,
 )
-from tuner.storage._records import TrialRecord
+from tuner.storage._records import TrialRecord, named_constraints
 from tuner.storage._store import CancelResult, JobNotFound, Store, space_of_job, study_name_for
 from tuner.storage._tokens import (
     TOKEN_PREFIX,
@@ -74,6 +74,7 @@ __all__ = [
     "get_engine",
     "head_revision",
     "iter_points",
+    "named_constraints",
     "space_of_job",
     "study_name_for",
     "upgrade",

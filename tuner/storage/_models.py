@@ -103,6 +103,9 @@ class TrialModel(Base):
     # Which worker ran it, on which devices (v0.5.0.b).
     worker_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     devices: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # How the search proposed it, its prediction (never a measurement) and the class member
+    # it was launched as (v0.5.0.c).
+    search: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

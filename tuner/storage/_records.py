@@ -6,13 +6,29 @@ rebuilds a record by hand.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-__all__ = ["RecordQueries", "TrialRecord"]
+__all__ = ["RecordQueries", "TrialRecord", "named_constraints"]
+
+# Optuna 5 keeps each constraint of a trial under its own system attr, ``constraints:<name>``.
+_CONSTRAINT_PREFIX = "constraints:"
+
+
+def named_constraints(system_attrs: Mapping[str, Any]) -> dict[str, float]:
+    """A trial's constraints by name, read from its ``constraints:<name>`` system attrs.
+
+    Not ``FrozenTrial.constraints``: that also numbers the list kept under ``constraints``
+    (the copy optuna-dashboard reads, ``tuner/integrations/_dashboard.py``) as ``"0"``,
+    ``"1"``, …, which a constraint named ``"0"`` would then clash with."""
+    return {
+        k.removeprefix(_CONSTRAINT_PREFIX): float(v)
+        for k, v in system_attrs.items()
+        if k.startswith(_CONSTRAINT_PREFIX)
+    }
 
 
 class TrialRecord(BaseModel):
@@ -39,6 +55,23 @@ class TrialRecord(BaseModel):
         default_factory=dict, description="the measurement at (workload, concurrency)"
     )
     measurements: list[dict[str, Any]] = Field(default_factory=list)
+    worker_id: str | None = Field(None, description="the worker that ran it")
+    devices: str | None = Field(None, description="the devices it ran on (--devices)")
+    search: dict[str, Any] | None = Field(
+        None,
+        description="how the search proposed it: by (start, guide: scan, guide: depth, "
+        "sampler, neighbour), why, predicted (a prediction made before the launch, never a "
+        "measurement) and class (what was proposed, when launched as its class's member)",
+    )
+
+    @computed_field(description="measured minus predicted first objective, % of predicted")
+    def prediction_error_pct(self) -> float | None:
+        pred = (self.search or {}).get("predicted") or {}
+        v, name = pred.get("value"), pred.get("objective")
+        got = self.metrics.get(name) if name else None
+        if not v or got is None or self.state not in ("complete", "pruned"):
+            return None
+        return 100.0 * (float(got) - float(v)) / float(v)
 
     def flat(self) -> dict[str, Any]:
         """The record with the objective point's metrics at the top level (``--json``)."""
@@ -57,6 +90,9 @@ _ROW_KEYS = (
     "lossless_match_rate",
     "kv_cache_tokens",
     "peak_rss_mb",
+    "worker_id",
+    "devices",
+    "search",
 )
 
 
@@ -87,8 +123,7 @@ class RecordQueries:
                     state=t.state.name.lower(),
                     method=(r.method if r is not None else None) or t.params.get("method"),
                     params=(dict(r.params) if r is not None else None) or dict(t.params),
-                    # digit keys: the unnamed copy kept for optuna-dashboard
-                    constraints={k: v for k, v in t.constraints.items() if not k.isdigit()},
+                    constraints=named_constraints(t.system_attrs),
                     concurrency=conc,
                     workload=wl,
                     metrics=prim,

@@ -43,6 +43,7 @@ class TrialQueries:
         engine_key: str,
         worker_id: str | None = None,
         devices: str | None = None,
+        search: dict[str, Any] | None = None,
     ) -> int:
         """A ``running`` row for a trial about to run; returns its id. Tried again after a
         lost connection, it returns the row its first attempt made."""
@@ -63,6 +64,7 @@ class TrialQueries:
                 engine_key=engine_key,
                 worker_id=worker_id,
                 devices=devices,
+                search=search,
             )
             s.add(row)
             s.flush()

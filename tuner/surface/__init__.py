@@ -9,6 +9,7 @@ from tuner.surface._format import (
     SurfacePoint,
     config_key,
     read_surface,
+    surface_is_simulated,
     write_surface,
 )
 from tuner.surface._replay import ReplayEngine, ReplayMeasurer, ReplayMiss
@@ -26,5 +27,6 @@ __all__ = [
     "grid_params",
     "params_to_config",
     "read_surface",
+    "surface_is_simulated",
     "write_surface",
 ]

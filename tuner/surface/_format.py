@@ -57,6 +57,7 @@ __all__ = [
     "SurfacePoint",
     "config_key",
     "read_surface",
+    "surface_is_simulated",
     "write_surface",
 ]
 
@@ -201,6 +202,16 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(obj, dict):
             raise SurfaceError(f"{path}:{n}: each line must be a JSON object")
         yield n, obj
+
+
+def surface_is_simulated(path: str | Path) -> bool:
+    """Whether a surface file's header says a simulator wrote it (reads one line only);
+    False for a file that cannot be read (the replay then fails with the reason)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return bool(json.loads(f.readline()).get("simulated"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def read_surface(path: str | Path) -> Surface:

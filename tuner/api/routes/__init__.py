@@ -1,5 +1,23 @@
 """One APIRouter per resource."""
 
-from tuner.api.routes import exports, health, jobs, metrics, pareto, search_spaces, trials
+from tuner.api.routes import (
+    exports,
+    health,
+    jobs,
+    metrics,
+    pareto,
+    predictions,
+    search_spaces,
+    trials,
+)
 
-__all__ = ["exports", "health", "jobs", "metrics", "pareto", "search_spaces", "trials"]
+__all__ = [
+    "exports",
+    "health",
+    "jobs",
+    "metrics",
+    "pareto",
+    "predictions",
+    "search_spaces",
+    "trials",
+]

@@ -207,6 +207,7 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         round_cost=_round_cost(main, configs),
         why=explain(main),
         replay_surface=main.replay_surface,
+        replay_simulated=main.replay_simulated,
         target=main.target,
         other_targets=list(main.other_targets),
         references=[_reference(r, main) for r in main.references],

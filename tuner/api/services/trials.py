@@ -14,10 +14,10 @@ from tuner.storage import LOG_TAIL_CHARS, Store, TrialNotFound, TrialRecord
 
 __all__ = ["trial_detail", "trials_page"]
 
-# A record's fields that answer a trial field of the same name (the rest: metrics, log path).
-_SHARED = tuple(
-    n for n in TrialPublic.model_fields if n in TrialRecord.model_fields and n != "metrics"
-)
+# A record's fields (computed ones too: prediction_error_pct) that answer a trial field of the
+# same name (the rest: metrics, log path).
+_RECORD_FIELDS = {*TrialRecord.model_fields, *TrialRecord.model_computed_fields}
+_SHARED = tuple(n for n in TrialPublic.model_fields if n in _RECORD_FIELDS and n != "metrics")
 
 
 def _metrics(rec: TrialRecord) -> dict[str, Any]:

@@ -1,8 +1,12 @@
-"""The search strategy above Optuna's sampler: where a job starts, when a trial stops early,
-and where to go when the sampler repeats itself.
+"""The search strategy above Optuna's sampler: where a job starts, what it launches next,
+when a trial stops early, and where to go when the sampler repeats itself.
 
 - start: the baseline, each other target's baseline, ``start_with``, then (``warm_start``)
   the best configurations of earlier jobs on the same target, engine and hardware;
+- next: the structure-aware guide (``_guide``: one launch per proposer prices all its
+  depths; the best predicted depth next), the sampler when the guide is silent;
+- classes: a proposal is launched as its class's cheapest member (``_classes``: batch size
+  and memory share that cannot change any measured level);
 - pruning: a trial whose objective point is dominated beyond both 95% intervals by a
   feasible trial on the same target stops there (Optuna's pruners take one intermediate
   value and do not support multi-objective studies, hence this rule);
@@ -11,6 +15,7 @@ and where to go when the sampler repeats itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from typing import Any
@@ -20,17 +25,24 @@ import optuna
 from tuner.candidates import (
     baseline_params,
     config_to_params,
+    grid_configs,
     grid_params,
     other_targets,
     params_to_config,
     start_params,
 )
 from tuner.hardware import hardware_fingerprint
+from tuner.measure import load_all_prompts
 from tuner.pareto import feasible, job_report, score
+from tuner.search._classes import canonical, kv_need_tokens
+from tuner.search._guide import Proposal, family_memory, predicted_points, propose
 from tuner.space import SearchSpace
 from tuner.storage import Store, space_of_job
+from tuner.workloads import WorkloadError
 
 __all__ = ["SearchStrategy", "dominated_by", "interval_text"]
+
+GUIDE_ATTR = "spectune_search"  # Optuna user attribute carrying a guided trial's note
 
 
 def _bound(m: dict[str, Any], name: str, which: str) -> float | None:
@@ -80,6 +92,63 @@ class SearchStrategy:
     def __init__(self, store: Store, job_id: int, space: SearchSpace, n_trials: int) -> None:
         self.store, self.job_id, self.space, self.n_trials = store, job_id, space, n_trials
         self.objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
+        try:
+            self.need_tokens: int | None = kv_need_tokens(space, load_all_prompts(space))
+        except (WorkloadError, OSError):
+            self.need_tokens = None  # the job fails on its workload elsewhere, with the reason
+
+    # ------------------------------------------------------------------ what to launch next
+
+    @functools.cached_property
+    def grid(self) -> list[dict[str, Any]]:
+        """Every configuration of the space (the guide groups them by proposer)."""
+        return grid_configs(self.space)
+
+    def canonical(self, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """The member of ``params``' class the job launches, and why it is another one."""
+        if self.space.search != "guided":
+            return dict(params), []
+        rows = self.store.trials(self.job_id, launched_only=True)
+        measured = [(dict(r.params), r.kv_cache_tokens) for r in rows]
+        return canonical(params, self.space, self.need_tokens, measured)
+
+    def propose(self, study: optuna.Study) -> Proposal | None:
+        """Enqueue the guide's next launch when nothing is queued; returns it (or None)."""
+        if self.space.search != "guided":
+            return None
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if waiting:
+            return None  # start points and neighbours first
+        rows = self.store.trials(self.job_id)
+        running = [dict(r.params) for r in rows if r.state == "running"]
+        memory = family_memory(self.space, rows, self.need_tokens)
+        prop = propose(self.space, rows, running, memory, self.grid)
+        if prop is None:
+            return None
+        d = config_to_params(prop.params, self.space)
+        if d is None:
+            return None
+        note = {"by": prop.by, "why": prop.why, "predicted": prop.predicted}
+        study.enqueue_trial(d, user_attrs={GUIDE_ATTR: note})
+        return prop
+
+    def predictions(self) -> list[dict[str, Any]]:
+        """The depth model's predictions for every unlaunched depth of the launched
+        proposers, at the objective point: for people to see, never a measurement."""
+        rows = self.store.trials(self.job_id)
+        memory = family_memory(self.space, rows, self.need_tokens)
+        level = f"{self.space.primary_workload}@{self.space.primary_concurrency}"
+        return [
+            {
+                "params": c,
+                "level": level,
+                "metrics": p.metrics,
+                "rel_sigma": p.rel_sigma,
+                "basis": list(p.basis),
+                "notes": list(p.notes),
+            }
+            for c, p in predicted_points(self.space, rows, memory, self.grid)
+        ]
 
     # ------------------------------------------------------------------ where to start
 
@@ -89,6 +158,15 @@ class SearchStrategy:
         for target in other_targets(self.space):  # its own baseline, before any trial on it
             out.append((baseline_params(self.space, target), False))
         out += [(p, True) for p in start_params(self.space)]
+        if self.space.search == "guided":
+            # The most KV cache the space allows, unless the point says otherwise: a baseline
+            # (or start point) short of KV cache preempts and flatters every comparison.
+            said = [sp.memory_fraction for sp in self.space.start_with]
+            top = self.space.memory_fraction[-1]
+            for i, (p, _) in enumerate(out):
+                sp_i = i - 1 - len(other_targets(self.space))
+                if sp_i < 0 or said[sp_i] is None:
+                    p["memory_fraction"] = top
         out += [(p, True) for p in self.warm_start_params()]
         return out
 
@@ -187,11 +265,14 @@ class SearchStrategy:
             fixed = t.system_attrs.get("fixed_params")
             if fixed:
                 seen.add(json.dumps(params_to_config(fixed, space), sort_keys=True))
-        fresh = [
-            p
-            for p in grid_params(space)
-            if json.dumps(params_to_config(p, space), sort_keys=True) not in seen
-        ]
+        rows = self.store.trials(self.job_id, launched_only=True)
+        measured = [(dict(r.params), r.kv_cache_tokens) for r in rows]
+
+        def launched_as(p: dict[str, Any]) -> str:
+            c, _ = canonical(params_to_config(p, space), space, self.need_tokens, measured)
+            return json.dumps(c, sort_keys=True)
+
+        fresh = [p for p in grid_params(space) if launched_as(p) not in seen]
         if not fresh:
             return
         inc = self.incumbent()
@@ -205,4 +286,4 @@ class SearchStrategy:
         best = min(distance(p) for p in fresh)
         near = [p for p in fresh if distance(p) == best]
         pick = random.Random(space.seed * 7919 + trial.number).choice(near)
-        trial.study.enqueue_trial(pick)
+        trial.study.enqueue_trial(pick, user_attrs={GUIDE_ATTR: {"by": "neighbour"}})

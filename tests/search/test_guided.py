@@ -1,0 +1,230 @@
+"""The structure-aware search: depth predictions, classes of equivalent configurations, the
+guide's order, and a guided job on a FAKE chain-model surface (tests/search/chain_surface.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.search.chain_surface import NEED, SPACE, _metrics, point, write_chain_surface
+from tuner.job import create_job, run_job
+from tuner.measure import load_all_prompts
+from tuner.search import DepthPoint, canonical, kv_need_tokens, predict_depth, propose, tau
+from tuner.space import loads_space
+from tuner.storage import Store
+from tuner.surface import config_key, grid_configs, read_surface
+
+
+def _dp(trial: int, c: dict, level: int = 4) -> DepthPoint:
+    return DepthPoint(trial, int(c.get("num_speculative_tokens") or 0), _metrics(c, level))
+
+
+BASE = {"method": "none", "max_num_seqs": 4, "memory_fraction": 0.4}
+DRAFT = {"method": "draft_model", "draft": "draft-a", "max_num_seqs": 4, "memory_fraction": 0.4}
+
+
+def test_tau_is_one_plus_the_accepted_positions():
+    assert tau([0.8, 0.5, 0.2], 0) == 1.0
+    assert tau([0.8, 0.5, 0.2], 2) == pytest.approx(2.3)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_one_launch_and_the_baseline_price_every_depth_of_a_linear_step(k):
+    """The chain model's own world: exact up to the line through baseline and depth 6
+    (the FAKE surface's step has the baseline's intercept only for n-gram lookups)."""
+    ngram = {
+        "method": "ngram",
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+        "max_num_seqs": 4,
+        "memory_fraction": 0.4,
+    }
+    deep = _dp(2, {**ngram, "num_speculative_tokens": 6})
+    pred = predict_depth(k, [deep], _dp(1, BASE), "output_tok_per_s")
+    truth = point({**ngram, "num_speculative_tokens": k}, 4)
+    # n-gram's step is 10.3 + 0.9 k and the baseline's 10: the line through (0, 10) and
+    # (6, 15.7) is off by at most 0.3 ms a step, ~2 % of the throughput.
+    assert pred is not None and pred.depth == k
+    assert pred.metrics["output_tok_per_s"] == pytest.approx(truth["output_tok_per_s"], rel=0.03)
+    assert pred.metrics["mean_acceptance_length"] == pytest.approx(truth["tau"])
+    assert pred.basis == (1, 2) and pred.anchor == 2
+
+
+def test_two_launched_depths_fit_a_draft_models_own_step_cost_exactly():
+    pts = [
+        _dp(2, {**DRAFT, "num_speculative_tokens": 6}),
+        _dp(3, {**DRAFT, "num_speculative_tokens": 2}),
+    ]
+    for k in (1, 3, 4, 5):
+        pred = predict_depth(k, pts, _dp(1, BASE), "output_tok_per_s")
+        truth = point({**DRAFT, "num_speculative_tokens": k}, 4)
+        assert pred is not None
+        assert pred.metrics["output_tok_per_s"] == pytest.approx(
+            truth["output_tok_per_s"], rel=1e-9
+        )
+        assert pred.metrics["mean_tpot_ms"] == pytest.approx(truth["mean_tpot_ms"], rel=1e-9)
+        assert pred.metrics["mean_itl_ms"] == pytest.approx(truth["mean_itl_ms"], rel=1e-9)
+
+
+def test_no_prediction_beyond_the_measured_positions_or_without_a_step_cost():
+    shallow = _dp(2, {**DRAFT, "num_speculative_tokens": 2})
+    assert predict_depth(4, [shallow], _dp(1, BASE), "output_tok_per_s") is None
+    assert predict_depth(1, [shallow], None, "output_tok_per_s") is None  # one depth, no k=0
+    assert predict_depth(1, [], _dp(1, BASE), "output_tok_per_s") is None
+
+
+def test_the_band_widens_with_distance_and_the_jobs_own_errors():
+    deep = _dp(2, {**DRAFT, "num_speculative_tokens": 6})
+    near = predict_depth(5, [deep], _dp(1, BASE), "output_tok_per_s")
+    far = predict_depth(1, [deep], _dp(1, BASE), "output_tok_per_s")
+    cal = predict_depth(1, [deep], _dp(1, BASE), "output_tok_per_s", calibration=0.1)
+    assert near and far and cal
+    assert near.rel_sigma < far.rel_sigma < cal.rel_sigma
+
+
+def _space(tmp_path: Path):
+    return loads_space(SPACE, base_dir=tmp_path)
+
+
+def test_kv_need_is_concurrency_times_the_longest_request_capped_by_the_model(tmp_path):
+    space = _space(tmp_path)
+    assert kv_need_tokens(space, load_all_prompts(space)) == NEED == 4 * 512
+
+
+def test_batch_sizes_collapse_to_the_smallest(tmp_path):
+    space = _space(tmp_path)
+    c, why = canonical({**BASE, "max_num_seqs": 16}, space, NEED, [])
+    assert c["max_num_seqs"] == 4 and "highest concurrency (4)" in why[0]
+    same, none = canonical(BASE, space, NEED, [])
+    assert same == BASE and none == []
+
+
+def test_memory_collapses_only_where_a_launch_held_the_workload(tmp_path):
+    space = _space(tmp_path)
+    ngram = {
+        "method": "ngram",
+        "num_speculative_tokens": 2,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+        "max_num_seqs": 4,
+    }
+    held = [({**ngram, "memory_fraction": 0.2}, NEED + 100)]
+    short = [({**ngram, "memory_fraction": 0.1}, NEED - 1)]
+    up, why = canonical({**ngram, "memory_fraction": 0.4}, space, NEED, held)
+    assert up["memory_fraction"] == 0.2 and "changes nothing" in why[0]
+    down, why = canonical({**ngram, "memory_fraction": 0.1}, space, NEED, held)
+    assert down["memory_fraction"] == 0.2 and "cannot be faster" in why[0]
+    kept, why = canonical({**ngram, "memory_fraction": 0.4}, space, NEED, short)
+    assert kept["memory_fraction"] == 0.4 and why == []
+    # A draft model's weights take memory: the n-gram launch says nothing about it.
+    other, why = canonical({**DRAFT, "num_speculative_tokens": 2}, space, NEED, held)
+    assert other["memory_fraction"] == 0.4 and why == []
+    assert (
+        canonical({**ngram, "memory_fraction": 0.4}, space, None, held)[0]["memory_fraction"]
+        == 0.4
+    )
+
+
+def _row(number, c, state="complete", level=4):
+    m = _metrics(c, level)
+    meas = [SimpleNamespace(workload="code_completion", concurrency=level, metrics=m)]
+    return SimpleNamespace(
+        number=number,
+        params=c,
+        state=state,
+        measurements=meas,
+        reused_from=None,
+        lossless_match_rate=1.0,
+        kv_cache_tokens=9999,
+        search=None,
+    )
+
+
+def test_the_guide_scans_one_proposer_of_each_method_first_in_prior_order(tmp_path):
+    space = _space(tmp_path)
+    rows = [_row(0, BASE)]
+    seen = []
+    for n in range(1, 4):
+        prop = propose(space, rows, [], lambda c: 0.4)
+        assert prop is not None and prop.by == "guide: scan"
+        assert prop.params["num_speculative_tokens"] == 6 and prop.params["max_num_seqs"] == 4
+        seen.append(prop.params["method"])
+        rows.append(_row(n, prop.params))
+    assert seen == ["eagle", "draft_model", "ngram"]
+
+
+def test_the_guide_exploits_a_confident_prediction_before_scanning_on(tmp_path, monkeypatch):
+    from tests.search import chain_surface
+
+    # Acceptance collapses after two positions and depth is dear: k=6 is clearly poor.
+    monkeypatch.setitem(chain_surface.STEP, "eagle", (10.6, 4.0))
+    monkeypatch.setitem(chain_surface.ACCEPT, "head", [0.95, 0.9, 0.05, 0.03, 0.02, 0.01])
+    space = _space(tmp_path)
+    head = {"method": "eagle", "head": "head", "max_num_seqs": 4, "memory_fraction": 0.4}
+    rows = [_row(0, BASE), _row(1, {**head, "num_speculative_tokens": 6})]
+    prop = propose(space, rows, [], lambda c: 0.4)
+    truth = {
+        k: point({**head, "num_speculative_tokens": k}, 4)["output_tok_per_s"] for k in range(1, 7)
+    }
+    best_k = max(truth, key=truth.get)
+    assert truth[best_k] > 1.3 * truth[6], "the deepest launch must be clearly worse"
+    assert prop is not None and prop.by == "guide: depth"
+    assert prop.params["num_speculative_tokens"] == best_k
+    pred = prop.predicted
+    assert pred["objective"] == "output_tok_per_s" and pred["basis"] == [0, 1]
+    assert pred["value"] == pytest.approx(truth[best_k], rel=0.03)
+
+
+def test_the_guide_goes_silent_when_everything_is_launched(tmp_path):
+    space = loads_space(SPACE.replace("max: 6}", "max: 1}"), base_dir=tmp_path)
+    rows = [_row(0, BASE)] + [
+        _row(i + 1, {**c, "max_num_seqs": 4, "memory_fraction": 0.4})
+        for i, c in enumerate(grid_configs(space))
+        if c["method"] != "none" and c["max_num_seqs"] == 4 and c["memory_fraction"] == 0.4
+    ]
+    assert propose(space, rows, [], lambda c: 0.4) is None
+
+
+def test_a_guided_job_finds_the_best_class_in_few_launches(tmp_path, db_url):
+    """279 configurations; the guide should reach the best one's class in well under a
+    tenth of them, say so per trial, and never store a prediction as a measurement."""
+    surface = write_chain_surface(tmp_path / "chain.jsonl")
+    space = read_surface(surface).space
+    data = space.model_dump(mode="json")
+    data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface)}
+    data.update(trials=16)
+    from tuner.space import parse_space
+
+    job_space = parse_space(data, base_dir=tmp_path)
+    store = Store(db_url)
+    jid = create_job(store, job_space)
+    run_job(store, jid, work_dir=tmp_path / "work")
+    truth = {config_key(c): point(c, 4)["output_tok_per_s"] for c in grid_configs(space)}
+    best = max(truth.values())
+    assert len(truth) == 279
+    rows = store.trials(jid)
+    launched = [r for r in rows if r.reused_from is None and r.state == "complete"]
+    first = next(
+        i for i, r in enumerate(launched, 1) if truth[config_key(r.params)] >= best * 0.999
+    )
+    assert first <= 8, [(r.number, r.params, (r.search or {}).get("by")) for r in launched]
+    by = [(r.search or {}).get("by") for r in rows]
+    assert by[0] == "start" and "guide: scan" in by and "guide: depth" in by
+    for r in rows:
+        pred = (r.search or {}).get("predicted")
+        for m in r.measurements:
+            # the measurement is the surface's row, untouched by the prediction
+            assert m.metrics["output_tok_per_s"] == pytest.approx(
+                truth[config_key(r.params)]
+                if m.concurrency == 4
+                else m.metrics["output_tok_per_s"]
+            )
+            assert "predicted" not in m.metrics
+        if pred is not None:
+            assert r.state in ("complete", "pruned") and pred["basis"]
+    # every launched configuration uses the smallest batch size: the others are one class
+    assert {r.params["max_num_seqs"] for r in launched} == {4}
+    json.dumps([r.search for r in rows])  # stored as plain JSON

@@ -1,0 +1,181 @@
+"""Every depth of a chain proposer from the depths already launched.
+
+Why: for a chain proposer (draft model, EAGLE, EAGLE-3, MTP, n-gram lookup) the token drafted
+at position i does not depend on how many follow it, so the per-position acceptance that
+vLLM counts at depth K (P(position i accepted), cumulative) gives the expected tokens one
+step commits at every k <= K exactly: tau(k) = 1 + sum_{i<=k} a_i. What depth changes
+besides is the cost of a step, which grows with k. One launch per proposer therefore prices
+all its depths once the step cost is known at two depths; the baseline (k = 0) is one.
+
+Model, per (workload, concurrency) level:
+
+- step time s_d = the mean inter-chunk latency at every launched depth d (one streamed chunk
+  per step), or tau_d * mean TPOT_d without it;
+- s(k) = a + b*k: through the baseline and the one launched depth, or least squares over the
+  launched depths once there are two (a draft model's fixed per-step cost is not the
+  baseline's, so its line should not be forced through k = 0 when it need not be);
+- TPOT(k) = w + s(k) / tau(k), where w (the wait a token sees besides its own step: other
+  requests' prefills) is the nearest launched depth's TPOT - s/tau, kept as is; metrics are
+  scaled from that anchor;
+  end-to-end = TTFT + decode time; throughput at a fixed concurrency scales as 1 / e2e;
+  ITL (a step) as s(k); TTFT is the anchor's.
+
+Uncertainty: the anchor's own 95 % interval, plus 2 % per unit of depth away from the anchor
+(1 % once two depths are launched), plus the largest error this job's earlier predictions
+made. A prediction is never a measurement: it is stored beside the trial that launched it
+and shown as predicted, with its error once measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DepthPoint", "Prediction", "predict_depth", "tau"]
+
+Level = tuple[str, int]
+
+_THROUGHPUT = ("output_tok_per_s", "requests_per_s", "goodput_req_per_s")
+_TPOT = ("mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms")
+_ITL = ("mean_itl_ms", "p50_itl_ms", "p90_itl_ms", "p99_itl_ms")
+_E2E = ("mean_e2e_ms", "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms")
+_TTFT = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms")
+PREDICTED_METRICS = _THROUGHPUT + _TPOT + _ITL + _E2E + _TTFT
+
+
+@dataclass(frozen=True)
+class DepthPoint:
+    """One launched depth of a proposer (or the baseline, depth 0) at one level."""
+
+    trial: int
+    depth: int
+    metrics: dict[str, Any]
+
+    @property
+    def per_position(self) -> list[float]:
+        return [float(x) for x in self.metrics.get("per_position_acceptance") or []]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted metrics of one depth at one level; never a measurement."""
+
+    depth: int
+    metrics: dict[str, float]
+    rel_sigma: float  # relative half-width of the ~95 % band of the first objective
+    basis: tuple[int, ...]  # trial numbers the prediction rests on
+    anchor: int  # the launched depth it is scaled from
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def tau(per_position: Sequence[float], k: int) -> float:
+    """Expected tokens one step commits at depth k: the bonus token plus each accepted one."""
+    return 1.0 + float(sum(per_position[:k]))
+
+
+def _tau_of(p: DepthPoint) -> float:
+    if p.depth == 0:
+        return 1.0
+    mal = p.metrics.get("mean_acceptance_length")
+    return float(mal) if mal else tau(p.per_position, p.depth)
+
+
+def _step_ms(p: DepthPoint) -> float | None:
+    """A decode step: the mean gap between streamed chunks (one chunk per step carries
+    every token the step committed), else tau * TPOT."""
+    itl = p.metrics.get("mean_itl_ms")
+    if itl and itl > 0:
+        return float(itl)
+    tpot = p.metrics.get("mean_tpot_ms")
+    return _tau_of(p) * float(tpot) if tpot and tpot > 0 else None
+
+
+def _line(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """Least-squares s = a + b*k; None with fewer than two distinct depths."""
+    ks = {k for k, _ in points}
+    if len(ks) < 2:
+        return None
+    n = len(points)
+    mk = sum(k for k, _ in points) / n
+    ms = sum(s for _, s in points) / n
+    var = sum((k - mk) ** 2 for k, _ in points)
+    b = sum((k - mk) * (s - ms) for k, s in points) / var
+    return ms - b * mk, b
+
+
+def _rel_ci(m: dict[str, Any], metric: str) -> float:
+    st = (m.get("stats") or {}).get(metric) or {}
+    v, lo, hi = m.get(metric), st.get("ci95_low"), st.get("ci95_high")
+    if not v or lo is None or hi is None or int(st.get("n") or 1) < 2:
+        return 0.05  # one run: no interval of its own, assume the usual CPU spread
+    return abs(hi - lo) / 2.0 / abs(float(v))
+
+
+def predict_depth(
+    k: int,
+    launched: Sequence[DepthPoint],
+    baseline: DepthPoint | None,
+    objective: str,
+    *,
+    calibration: float = 0.0,
+) -> Prediction | None:
+    """The metrics of depth ``k`` at one level from the launched depths of the same
+    proposer there (and the baseline); None when they cannot say (no per-position
+    acceptance reaching k, or no step cost at two depths)."""
+    spec = [p for p in launched if p.depth > 0 and _step_ms(p) is not None]
+    deep = [p for p in spec if len(p.per_position) >= k]
+    if k < 1 or not deep:
+        return None
+    acc_src = max(deep, key=lambda p: (p.depth, p.trial))
+    acc = acc_src.per_position
+    pts = [(p.depth, s) for p in spec if (s := _step_ms(p)) is not None]
+    if len({d for d, _ in pts}) >= 2:
+        fit, through = _line(pts), "least squares over the launched depths"
+    elif baseline is not None and (s0 := _step_ms(baseline)) is not None:
+        fit, through = _line([(0, s0), *pts]), "through the baseline and one launched depth"
+    else:
+        return None
+    if fit is None:
+        return None
+    a, b = fit
+    anchor = min(spec, key=lambda p: (abs(p.depth - k), -p.trial))
+    s_k, s_a = a + b * k, a + b * anchor.depth
+    if s_k <= 0 or s_a <= 0:
+        return None
+    tau_k, tau_a = tau(acc, k), tau(acc, anchor.depth)
+    m = anchor.metrics
+    tpot_a = float(m.get("mean_tpot_ms") or s_a / tau_a)
+    # What a token waits besides its own step (other requests' prefills) does not scale.
+    other = max(0.0, tpot_a - (_step_ms(anchor) or s_a) / _tau_of(anchor))
+    r_tpot = (other + s_k / tau_k) / (other + s_a / tau_a)
+    ttft, e2e = m.get("mean_ttft_ms"), m.get("mean_e2e_ms")
+    r_e2e = r_tpot
+    if ttft is not None and e2e and e2e > ttft:
+        r_e2e = (ttft + (e2e - ttft) * r_tpot) / e2e
+    out: dict[str, float] = {}
+    for name in PREDICTED_METRICS:
+        v = m.get(name)
+        if v is None:
+            continue
+        if name in _THROUGHPUT:
+            out[name] = float(v) / r_e2e
+        elif name in _TPOT:
+            out[name] = float(v) * r_tpot
+        elif name in _ITL:
+            out[name] = float(v) * s_k / s_a
+        elif name in _E2E:
+            out[name] = float(v) * r_e2e
+        else:
+            out[name] = float(v)
+    out["mean_acceptance_length"] = tau_k
+    out["acceptance_rate"] = (tau_k - 1.0) / k
+    per_unit = 0.01 if len({d for d, _ in pts}) >= 2 else 0.02
+    sigma = _rel_ci(m, objective) + per_unit * abs(k - anchor.depth) + calibration
+    basis = sorted({p.trial for p in spec} | ({baseline.trial} if baseline else set()))
+    notes = (
+        f"tau from the per-position acceptance of trial {acc_src.trial} (k={acc_src.depth})",
+        f"step cost linear in k, {through}",
+        f"scaled from trial {anchor.trial} (k={anchor.depth})",
+    )
+    return Prediction(k, out, sigma, tuple(basis), anchor.trial, notes)

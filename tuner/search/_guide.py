@@ -1,0 +1,339 @@
+"""What to launch next, from what speculative decoding's structure says about the space.
+
+Why not leave it to the sampler: a generic sampler treats depth, batch size and memory share
+as independent blind axes and needs many launches to learn that most of them do not matter.
+Here one launch per proposer (at its largest depth) prices every depth of that proposer
+(``_depth``), batch size and memory are collapsed into classes (``_classes``), and the
+launches go where the predictions say the objective can still improve:
+
+1. scan: each proposer not launched yet, once, at its largest depth: first one of each
+   method (prior order EAGLE-3, EAGLE, MTP, draft model, n-gram; ``start_with`` is launched
+   before the guide speaks), then the other members of the methods with the best potential
+   (what they measured, or the favourable end of a depth's predicted band);
+2. exploit: the unlaunched depth whose predicted first objective is best: before any scan
+   when it beats the incumbent by more than its band (a confident gain), after the scans of
+   methods that can still win when its optimistic value beats the incumbent; members of a
+   method whose potential trails the incumbent are scanned last;
+3. when neither is left the guide is silent and Optuna's sampler proposes (its proposals
+   are still collapsed into classes, so a repeat costs no launch).
+
+A prediction is stored with the trial it launched and shown with its error once measured;
+it is never stored or shown as a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.candidates import grid_configs
+from tuner.pareto import feasible
+from tuner.search._classes import memory_family
+from tuner.search._depth import DepthPoint, Prediction, predict_depth
+from tuner.space import SearchSpace
+
+__all__ = [
+    "Proposal",
+    "calibration",
+    "depth_predictions",
+    "family_key",
+    "family_memory",
+    "predicted_points",
+    "propose",
+]
+
+_PRIOR = ("eagle3", "eagle", "mtp", "draft_model", "ngram")
+_FREE = ("num_speculative_tokens", "max_num_seqs", "memory_fraction")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One configuration the guide wants launched next (a trial's plain ``params``)."""
+
+    params: dict[str, Any]
+    by: str  # "guide: scan" or "guide: depth"
+    why: str
+    predicted: dict[str, Any] | None = None
+
+
+def family_key(params: dict[str, Any]) -> str:
+    """A proposer: everything but depth, batch size and memory share."""
+    return json.dumps({k: v for k, v in params.items() if k not in _FREE}, sort_keys=True)
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def _primary(row: Any, level: tuple[str, int]) -> dict[str, Any] | None:
+    for m in row.measurements:
+        if (m.workload, m.concurrency) == level:
+            return dict(m.metrics)
+    return None
+
+
+def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
+    """The median relative error of this job's earlier predictions of ``metric``."""
+    errs = []
+    for r in rows:
+        pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
+        m = _primary(r, level) if r.state == "complete" else None
+        if pred and m and m.get(metric):
+            errs.append(abs(float(m[metric]) - pred) / abs(pred))
+    return min(0.5, statistics.median(errs)) if errs else 0.0
+
+
+def propose(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    pending: Iterable[dict[str, Any]],
+    memory_for: Any,
+    grid: Sequence[dict[str, Any]] | None = None,
+) -> Proposal | None:
+    """The next launch, or None to leave it to the sampler.
+
+    ``rows``: the job's stored trials (params, state, measurements, search notes);
+    ``pending``: params already running or queued; ``memory_for(params)``: the memory share
+    to launch a proposer's family at (its class representative)."""
+    level = (space.primary_workload, space.primary_concurrency)
+    metric = space.objectives[0].metric
+    sign = 1.0 if space.objectives[0].resolved_direction == "maximize" else -1.0
+    limits = space.slo.limits()
+    min_match = space.lossless.min_match_rate if space.lossless.enabled else None
+    launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
+    families, place, started, taken = _layout(space, rows, pending, memory_for, grid)
+
+    # A proposer counts as scanned once its largest depth ran or runs (a start point at a
+    # smaller depth prices only the depths below it), or once it failed.
+    deepest = {
+        fk: place(max(ms, key=lambda c: c["num_speculative_tokens"]))
+        for fk, ms in families.items()
+    }
+    tried = {fk for fk, c in deepest.items() if _key(c) in taken}
+    tried |= {family_key(r.params) for r in rows if r.state == "fail"}
+
+    incumbent: float | None = None
+    for r in launched:
+        m = _primary(r, level)
+        if r.state != "complete" or m is None or m.get(metric) is None:
+            continue
+        ok, _ = feasible(
+            m, limits, lossless_match_rate=r.lossless_match_rate, min_match_rate=min_match
+        )
+        if ok and (incumbent is None or sign * m[metric] > sign * incumbent):
+            incumbent = float(m[metric])
+
+    # A method's potential: the best it measured, or the favourable end of the best band
+    # predicted for one of its depths (signed: larger is better).
+    potential: dict[str, float] = {}
+    for r in launched:
+        m = _primary(r, level)
+        if m is not None and m.get(metric) is not None:
+            name, v = r.params["method"], sign * float(m[metric])
+            potential[name] = max(v, potential.get(name, v))
+    best: tuple[float, Proposal] | None = None
+    for cand, pred in depth_predictions(space, rows, families, started, place, taken):
+        if not feasible(pred.metrics, limits)[0]:
+            continue
+        v = sign * pred.metrics[metric]
+        opt = v + abs(v) * pred.rel_sigma
+        potential[cand["method"]] = max(opt, potential.get(cand["method"], opt))
+        if best is None or v > best[0]:
+            best = (v, _depth_proposal(cand, pred, metric, level, incumbent))
+
+    inc = None if incumbent is None else sign * incumbent
+    scan, hopeless = _next_scan(families, tried, taken, place, potential, inc)
+    confident = hopeful = None
+    if best is not None:
+        value, prop = best
+        sigma = float(prop.predicted["rel_sigma"])  # type: ignore[index]
+        if inc is None or value - inc > abs(value) * sigma:
+            confident = prop
+        elif value + abs(value) * sigma > inc:
+            hopeful = prop
+    # A confident gain first; then the proposers not scanned yet whose method can still win;
+    # then a hopeful gain; the members of methods that cannot win last.
+    return confident or scan or hopeful or hopeless
+
+
+def depth_predictions(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    families: dict[str, list[dict[str, Any]]],
+    started: set[str],
+    place: Any,
+    taken: set[str],
+) -> list[tuple[dict[str, Any], Prediction]]:
+    """(configuration, prediction at the objective point) of every unlaunched depth of
+    every proposer launched at least once."""
+    level = (space.primary_workload, space.primary_concurrency)
+    metric = space.objectives[0].metric
+    launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
+    cal = calibration(rows, metric, level)
+    out = []
+    for fk, members in families.items():
+        if fk not in started:
+            continue
+        target = members[0].get("target")
+        pts, bases = [], []
+        for r in launched:
+            m = _primary(r, level)
+            if m is None:
+                continue
+            if r.params.get("method") == "none" and r.params.get("target") == target:
+                bases.append((r, DepthPoint(r.number, 0, m)))
+            elif family_key(r.params) == fk:
+                pts.append(DepthPoint(r.number, int(r.params["num_speculative_tokens"]), m))
+        base = _baseline_for(bases, place(members[0]))
+        depths = {p.depth for p in pts}
+        for c in members:
+            k = int(c["num_speculative_tokens"])
+            cand = place(c)
+            if k in depths or _key(cand) in taken:
+                continue
+            pred = predict_depth(k, pts, base, metric, calibration=cal)
+            if pred is not None and metric in pred.metrics:
+                out.append((cand, pred))
+    return out
+
+
+def _baseline_for(bases: list[tuple[Any, DepthPoint]], where: dict[str, Any]) -> DepthPoint | None:
+    """The baseline launch to price depth 0 with: the one at the proposer's batch size and
+    memory share, else the one with the largest KV cache (a baseline short of KV cache
+    preempts, and its step time would say nothing about the proposer's)."""
+    for r, p in bases:
+        if all(r.params.get(k) == where.get(k) for k in ("max_num_seqs", "memory_fraction")):
+            return p
+    if not bases:
+        return None
+    return max(bases, key=lambda b: (b[0].kv_cache_tokens or 0, -b[1].trial))[1]
+
+
+def predicted_points(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    memory_for: Any,
+    grid: Sequence[dict[str, Any]] | None = None,
+) -> list[tuple[dict[str, Any], Prediction]]:
+    """What the depth model predicts for every unlaunched depth of the launched proposers
+    (for people to see, drawn apart from measurements)."""
+    families, place, started, taken = _layout(space, rows, [], memory_for, grid)
+    return depth_predictions(space, rows, families, started, place, taken)
+
+
+def _layout(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    pending: Iterable[dict[str, Any]],
+    memory_for: Any,
+    grid: Sequence[dict[str, Any]] | None,
+) -> tuple[dict[str, list[dict[str, Any]]], Any, set[str], set[str]]:
+    taken = {_key(r.params) for r in rows if r.state != "waiting"} | {_key(p) for p in pending}
+    families: dict[str, list[dict[str, Any]]] = {}
+    for c in grid if grid is not None else grid_configs(space):
+        if c["method"] != "none":
+            families.setdefault(family_key(c), []).append(c)
+
+    def place(c: dict[str, Any]) -> dict[str, Any]:
+        return {**c, "max_num_seqs": space.max_num_seqs[0], "memory_fraction": memory_for(c)}
+
+    started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
+    return families, place, started, taken
+
+
+def _depth_proposal(
+    cand: dict[str, Any],
+    pred: Prediction,
+    metric: str,
+    level: tuple[str, int],
+    incumbent: float | None,
+) -> Proposal:
+    v = pred.metrics[metric]
+    inc = "no feasible incumbent yet" if incumbent is None else f"incumbent {incumbent:.4g}"
+    why = (
+        f"predicted {metric} {v:.4g} (+/-{100 * pred.rel_sigma:.0f}%) at "
+        f"{level[0]}@{level[1]}, the best unlaunched depth; {inc}"
+    )
+    predicted = {
+        "objective": metric,
+        "value": v,
+        "rel_sigma": pred.rel_sigma,
+        "level": f"{level[0]}@{level[1]}",
+        "metrics": pred.metrics,
+        "basis": list(pred.basis),
+        "notes": list(pred.notes),
+    }
+    return Proposal(cand, "guide: depth", why, predicted)
+
+
+def _next_scan(
+    families: dict[str, list[dict[str, Any]]],
+    tried: set[str],
+    taken: set[str],
+    place: Any,
+    potential: dict[str, float],
+    incumbent: float | None,
+) -> tuple[Proposal | None, Proposal | None]:
+    """(next scan, next scan of a method that cannot win) at the proposer's largest depth.
+
+    One proposer of each method first (prior order: methods differ more than the members
+    of one method do), then the members of the methods whose potential is best; a method
+    whose potential stays below the incumbent (signed ``incumbent``) is scanned only after
+    every hopeful exploit."""
+    order = {m: i for i, m in enumerate(_PRIOR)}
+    methods_tried = {json.loads(fk)["method"] for fk in tried}
+
+    def rank(fk: str) -> tuple[int, float, int]:
+        m = families[fk][0]["method"]
+        if m not in methods_tried:
+            return 0, 0.0, order.get(m, len(order))
+        return 1, -potential.get(m, float("-inf")), order.get(m, len(order))
+
+    scan = hopeless = None
+    for fk in sorted((fk for fk in families if fk not in tried), key=rank):
+        deepest = max(families[fk], key=lambda c: c["num_speculative_tokens"])
+        cand = place(deepest)
+        if _key(cand) in taken:
+            continue
+        k = deepest["num_speculative_tokens"]
+        method = deepest["method"]
+        can_win = (
+            method not in methods_tried
+            or incumbent is None
+            or potential.get(method, float("inf")) >= incumbent
+        )
+        why = (
+            f"first launch of this proposer, at its largest depth k={k}: its per-position "
+            "acceptance prices every depth up to it"
+        )
+        if can_win and scan is None:
+            scan = Proposal(cand, "guide: scan", why)
+        elif not can_win and hopeless is None:
+            hopeless = Proposal(cand, "guide: scan", why + " (its method trails the best)")
+        if scan is not None and hopeless is not None:
+            break
+    return scan, hopeless
+
+
+def family_memory(space: SearchSpace, rows: Sequence[Any], need: int | None) -> Any:
+    """A proposer family's memory share for the guide's launches: the smallest share whose
+    launched KV cache held the workload, else the largest share (most likely to hold)."""
+
+    def pick(c: dict[str, Any]) -> float:
+        if need is not None:
+            fam = memory_family(c)
+            held = [
+                float(r.params["memory_fraction"])
+                for r in rows
+                if r.kv_cache_tokens is not None
+                and r.kv_cache_tokens >= need
+                and memory_family(r.params) == fam
+            ]
+            if held:
+                return min(held)
+        return space.memory_fraction[-1]
+
+    return pick
