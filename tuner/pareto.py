@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from tuner.storage import Store, space_of_job
-from tuner.surface._format import surface_is_simulated
 from tuner.verdict import Verdict, crossover_concurrency, verdicts
 
 __all__ = [
@@ -140,7 +139,6 @@ class Report:
     crossover: dict[int, int | None]
     baseline_by_conc: dict[int, dict[str, Any]]
     replay_surface: str | None = None  # set when the job replayed a recorded surface
-    replay_simulated: bool = False  # that surface was written by a simulator, not measured
     target: str = ""  # the served checkpoint every point here shares (with its own baseline)
     other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
@@ -264,7 +262,6 @@ def job_report(
         crossover=cross,
         baseline_by_conc=base_by_conc,
         replay_surface=surf,
-        replay_simulated=surf is not None and surface_is_simulated(surf),
         target=tgt,
         other_targets=others,
         references=tuple(references),

@@ -173,6 +173,8 @@ class TrialRunner:
         proposed = sample_candidate(trial, self.space)
         params, why = self.strategy.canonical(proposed)
         note = dict(trial.user_attrs.get(GUIDE_ATTR) or {"by": "sampler"})
+        if not note.get("predicted") and (pred := self.strategy.prediction_for(params)):
+            note["predicted"] = pred  # priced before the launch, whoever proposed it
         if why:
             changed = {k: v for k, v in proposed.items() if params.get(k) != v}
             note["class"] = {"proposed": changed, "why": why}

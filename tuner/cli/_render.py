@@ -14,6 +14,7 @@ from tuner.job import TrialEvent
 from tuner.methods import params_text
 from tuner.pareto import Report
 from tuner.storage import TrialRecord
+from tuner.surface import surface_is_simulated
 from tuner.verdict import per_token
 
 __all__ = [
@@ -106,7 +107,7 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
 def report_text(rep: Report, why: list[str] | None = None) -> str:
     """The Pareto table, the round-cost verdicts, why the winner won and its exports."""
     lines = []
-    if rep.replay_surface is not None and rep.replay_simulated:
+    if rep.replay_surface is not None and surface_is_simulated(rep.replay_surface):
         lines.append(
             f"SIMULATED REPLAY: every number below was written by a simulator into "
             f"{rep.replay_surface}, not measured; no engine ran in this job (search "

@@ -11,19 +11,20 @@ Model, per (workload, concurrency) level:
 
 - step time s_d = the mean inter-chunk latency at every launched depth d (one streamed chunk
   per step), or tau_d * mean TPOT_d without it;
-- s(k) = a + b*k: through the baseline and the one launched depth, or least squares over the
-  launched depths once there are two (a draft model's fixed per-step cost is not the
-  baseline's, so its line should not be forced through k = 0 when it need not be);
+- with two launched depths, s(k) = a + b*k by least squares over them; with one (K), the
+  extra cost s_K - s_0 splits into a part per drafted token and a fixed part (the
+  proposer's own overhead), both >= 0, so s(k) lies between the line through the baseline
+  and s_K itself: the middle is predicted and the band reaches both ends;
 - TPOT(k) = w + s(k) / tau(k), where w (the wait a token sees besides its own step: other
   requests' prefills) is the nearest launched depth's TPOT - s/tau, kept as is; metrics are
   scaled from that anchor;
   end-to-end = TTFT + decode time; throughput at a fixed concurrency scales as 1 / e2e;
   ITL (a step) as s(k); TTFT is the anchor's.
 
-Uncertainty: the anchor's own 95 % interval, plus 2 % per unit of depth away from the anchor
-(1 % once two depths are launched), plus the largest error this job's earlier predictions
-made. A prediction is never a measurement: it is stored beside the trial that launched it
-and shown as predicted, with its error once measured.
+Uncertainty: the anchor's own 95 % interval, plus the reach to both ends (one launched depth)
+or 1 % per unit of depth away from the anchor (two), plus the median error of this job's
+earlier predictions. A prediction is never a measurement: it is stored beside the trial
+that launched it and shown as predicted, with its error once measured.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DepthPoint", "Prediction", "predict_depth", "tau"]
+__all__ = ["DepthPoint", "Prediction", "fixed_share_of", "predict_depth", "tau"]
 
 Level = tuple[str, int]
 
@@ -119,30 +120,84 @@ def predict_depth(
     objective: str,
     *,
     calibration: float = 0.0,
+    fixed_share: float | None = None,
 ) -> Prediction | None:
     """The metrics of depth ``k`` at one level from the launched depths of the same
     proposer there (and the baseline); None when they cannot say (no per-position
-    acceptance reaching k, or no step cost at two depths)."""
+    acceptance reaching k, or no step cost at two depths). ``fixed_share``: the share of
+    a step's extra cost that does not grow with depth, as measured on another proposer of
+    the same method in this job (``fixed_share_of``); without it the share is bracketed."""
     spec = [p for p in launched if p.depth > 0 and _step_ms(p) is not None]
     deep = [p for p in spec if len(p.per_position) >= k]
     if k < 1 or not deep:
         return None
-    acc_src = max(deep, key=lambda p: (p.depth, p.trial))
-    acc = acc_src.per_position
+    acc = max(deep, key=lambda p: (p.depth, p.trial))
+    anchor = min(spec, key=lambda p: (abs(p.depth - k), -p.trial))
+    s_a = _step_ms(anchor) or 0.0
     pts = [(p.depth, s) for p in spec if (s := _step_ms(p)) is not None]
     if len({d for d, _ in pts}) >= 2:
-        fit, through = _line(pts), "least squares over the launched depths"
-    elif baseline is not None and (s0 := _step_ms(baseline)) is not None:
-        fit, through = _line([(0, s0), *pts]), "through the baseline and one launched depth"
+        fit = _line(pts)
+        if fit is None or s_a <= 0:
+            return None
+        s_k = fit[0] + fit[1] * k
+        s_a = fit[0] + fit[1] * anchor.depth
+        out = _scaled(anchor, acc.per_position, k, s_k, s_a)
+        spread = 0.01 * abs(k - anchor.depth)
+        how = "linear in k, least squares over the launched depths"
+    elif baseline is not None and (s0 := _step_ms(baseline)) is not None and s_a > 0:
+        # One launched depth K: the extra cost of a step, s_K - s_0, splits into a part per
+        # drafted token and a fixed part (proposer, rejection sampler). Both are >= 0, so
+        # s(k) lies between the all-per-token line through the baseline and the all-fixed
+        # s_K: predict the middle, with a band reaching both ends.
+        d, extra = anchor.depth, s_a - s0
+        if fixed_share is not None:
+            phi = min(1.0, max(0.0, fixed_share))
+            out = _scaled(anchor, acc.per_position, k, s0 + extra * (phi + (1 - phi) * k / d), s_a)
+            spread = 0.02 * abs(k - d)
+            how = f"with {phi:.0%} of its extra cost fixed, as another proposer of the method"
+        else:
+            lo = _scaled(anchor, acc.per_position, k, s0 + extra * k / d, s_a)
+            hi = _scaled(anchor, acc.per_position, k, s_a, s_a)
+            out = _scaled(anchor, acc.per_position, k, (s0 + extra * k / d + s_a) / 2.0, s_a)
+            if objective not in out or objective not in lo or objective not in hi:
+                return None
+            v = out[objective]
+            spread = max(abs(lo[objective] - v), abs(hi[objective] - v)) / abs(v)
+            how = "between all per drafted token and all fixed: the middle"
     else:
         return None
-    if fit is None:
+    if not out:
+        return None
+    sigma = _rel_ci(anchor.metrics, objective) + spread + calibration
+    basis = sorted({p.trial for p in spec} | ({baseline.trial} if baseline else set()))
+    notes = (
+        f"tau from the per-position acceptance of trial {acc.trial} (k={acc.depth})",
+        f"step cost {how}",
+        f"scaled from trial {anchor.trial} (k={anchor.depth})",
+    )
+    return Prediction(k, out, sigma, tuple(basis), anchor.trial, notes)
+
+
+def fixed_share_of(launched: Sequence[DepthPoint], baseline: DepthPoint | None) -> float | None:
+    """The share of a step's extra cost (over the baseline's) that does not grow with depth,
+    from a proposer launched at two depths or more; None when it cannot be told."""
+    pts = [(p.depth, s) for p in launched if p.depth > 0 and (s := _step_ms(p)) is not None]
+    s0 = _step_ms(baseline) if baseline is not None else None
+    fit = _line(pts)
+    if fit is None or s0 is None:
         return None
     a, b = fit
-    anchor = min(spec, key=lambda p: (abs(p.depth - k), -p.trial))
-    s_k, s_a = a + b * k, a + b * anchor.depth
+    deepest = max(d for d, _ in pts)
+    extra = a + b * deepest - s0
+    return None if extra <= 0 else min(1.0, max(0.0, (a - s0) / extra))
+
+
+def _scaled(
+    anchor: DepthPoint, acc: Sequence[float], k: int, s_k: float, s_a: float
+) -> dict[str, float]:
+    """The anchor's metrics moved to depth k with step time s_k (the anchor's: s_a)."""
     if s_k <= 0 or s_a <= 0:
-        return None
+        return {}
     tau_k, tau_a = tau(acc, k), tau(acc, anchor.depth)
     m = anchor.metrics
     tpot_a = float(m.get("mean_tpot_ms") or s_a / tau_a)
@@ -170,12 +225,4 @@ def predict_depth(
             out[name] = float(v)
     out["mean_acceptance_length"] = tau_k
     out["acceptance_rate"] = (tau_k - 1.0) / k
-    per_unit = 0.01 if len({d for d, _ in pts}) >= 2 else 0.02
-    sigma = _rel_ci(m, objective) + per_unit * abs(k - anchor.depth) + calibration
-    basis = sorted({p.trial for p in spec} | ({baseline.trial} if baseline else set()))
-    notes = (
-        f"tau from the per-position acceptance of trial {acc_src.trial} (k={acc_src.depth})",
-        f"step cost linear in k, {through}",
-        f"scaled from trial {anchor.trial} (k={anchor.depth})",
-    )
-    return Prediction(k, out, sigma, tuple(basis), anchor.trial, notes)
+    return out

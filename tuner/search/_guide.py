@@ -9,7 +9,7 @@ launches go where the predictions say the objective can still improve:
 1. scan: each proposer not launched yet, once, at its largest depth: first one of each
    method (prior order EAGLE-3, EAGLE, MTP, draft model, n-gram; ``start_with`` is launched
    before the guide speaks), then the other members of the methods with the best potential
-   (what they measured, or the favourable end of a depth's predicted band);
+   (the best they measured or predict for a depth);
 2. exploit: the unlaunched depth whose predicted first objective is best: before any scan
    when it beats the incumbent by more than its band (a confident gain), after the scans of
    methods that can still win when its optimistic value beats the incumbent; members of a
@@ -32,7 +32,7 @@ from typing import Any
 from tuner.candidates import grid_configs
 from tuner.pareto import feasible
 from tuner.search._classes import memory_family
-from tuner.search._depth import DepthPoint, Prediction, predict_depth
+from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
 from tuner.space import SearchSpace
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "family_key",
     "family_memory",
     "predicted_points",
+    "prediction_note",
     "propose",
 ]
 
@@ -126,8 +127,8 @@ def propose(
         if ok and (incumbent is None or sign * m[metric] > sign * incumbent):
             incumbent = float(m[metric])
 
-    # A method's potential: the best it measured, or the favourable end of the best band
-    # predicted for one of its depths (signed: larger is better).
+    # A method's potential: the best it measured or predicts for one of its depths (signed:
+    # larger is better).
     potential: dict[str, float] = {}
     for r in launched:
         m = _primary(r, level)
@@ -139,8 +140,7 @@ def propose(
         if not feasible(pred.metrics, limits)[0]:
             continue
         v = sign * pred.metrics[metric]
-        opt = v + abs(v) * pred.rel_sigma
-        potential[cand["method"]] = max(opt, potential.get(cand["method"], opt))
+        potential[cand["method"]] = max(v, potential.get(cand["method"], v))
         if best is None or v > best[0]:
             best = (v, _depth_proposal(cand, pred, metric, level, incumbent))
 
@@ -173,7 +173,7 @@ def depth_predictions(
     metric = space.objectives[0].metric
     launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
     cal = calibration(rows, metric, level)
-    out = []
+    per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
     for fk, members in families.items():
         if fk not in started:
             continue
@@ -187,14 +187,23 @@ def depth_predictions(
                 bases.append((r, DepthPoint(r.number, 0, m)))
             elif family_key(r.params) == fk:
                 pts.append(DepthPoint(r.number, int(r.params["num_speculative_tokens"]), m))
-        base = _baseline_for(bases, place(members[0]))
+        per_family[fk] = (pts, _baseline_for(bases, place(members[0])))
+    # What a proposer launched at two depths says of its method's fixed cost per step.
+    shares: dict[str, list[float]] = {}
+    for fk, (pts, base) in per_family.items():
+        if (phi := fixed_share_of(pts, base)) is not None:
+            shares.setdefault(families[fk][0]["method"], []).append(phi)
+    out = []
+    for fk, (pts, base) in per_family.items():
+        share = shares.get(families[fk][0]["method"])
+        phi = statistics.median(share) if share else None
         depths = {p.depth for p in pts}
-        for c in members:
+        for c in families[fk]:
             k = int(c["num_speculative_tokens"])
             cand = place(c)
             if k in depths or _key(cand) in taken:
                 continue
-            pred = predict_depth(k, pts, base, metric, calibration=cal)
+            pred = predict_depth(k, pts, base, metric, calibration=cal, fixed_share=phi)
             if pred is not None and metric in pred.metrics:
                 out.append((cand, pred))
     return out
@@ -257,16 +266,20 @@ def _depth_proposal(
         f"predicted {metric} {v:.4g} (+/-{100 * pred.rel_sigma:.0f}%) at "
         f"{level[0]}@{level[1]}, the best unlaunched depth; {inc}"
     )
-    predicted = {
+    return Proposal(cand, "guide: depth", why, prediction_note(pred, metric, level))
+
+
+def prediction_note(pred: Prediction, metric: str, level: tuple[str, int]) -> dict[str, Any]:
+    """A prediction as stored beside the trial it launched (JSON)."""
+    return {
         "objective": metric,
-        "value": v,
+        "value": pred.metrics[metric],
         "rel_sigma": pred.rel_sigma,
         "level": f"{level[0]}@{level[1]}",
         "metrics": pred.metrics,
         "basis": list(pred.basis),
         "notes": list(pred.notes),
     }
-    return Proposal(cand, "guide: depth", why, predicted)
 
 
 def _next_scan(

@@ -35,7 +35,14 @@ from tuner.hardware import hardware_fingerprint
 from tuner.measure import load_all_prompts
 from tuner.pareto import feasible, job_report, score
 from tuner.search._classes import canonical, kv_need_tokens
-from tuner.search._guide import Proposal, family_memory, predicted_points, propose
+from tuner.search._guide import (
+    Proposal,
+    family_key,
+    family_memory,
+    predicted_points,
+    prediction_note,
+    propose,
+)
 from tuner.space import SearchSpace
 from tuner.storage import Store, space_of_job
 from tuner.workloads import WorkloadError
@@ -149,6 +156,20 @@ class SearchStrategy:
             }
             for c, p in predicted_points(self.space, rows, memory, self.grid)
         ]
+
+    def prediction_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The depth model's prediction for a configuration about to launch (whoever
+        proposed it), or None when its proposer has not been launched yet."""
+        if self.space.search != "guided" or params.get("method") in (None, "none"):
+            return None
+        rows = self.store.trials(self.job_id)
+        memory = family_memory(self.space, rows, self.need_tokens)
+        fk, k = family_key(params), params.get("num_speculative_tokens")
+        level = (self.space.primary_workload, self.space.primary_concurrency)
+        for c, p in predicted_points(self.space, rows, memory, self.grid):
+            if family_key(c) == fk and c["num_speculative_tokens"] == k:
+                return prediction_note(p, self.space.objectives[0].metric, level)
+        return None
 
     # ------------------------------------------------------------------ where to start
 

@@ -21,6 +21,7 @@ from tuner.export import winner_exports
 from tuner.pareto import Point, Reference, Report, job_report
 from tuner.space import SearchSpace
 from tuner.storage import Store
+from tuner.surface import surface_is_simulated
 
 __all__ = ["ReportQuery", "Slice", "pareto", "report", "resolve_query"]
 
@@ -207,7 +208,7 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         round_cost=_round_cost(main, configs),
         why=explain(main),
         replay_surface=main.replay_surface,
-        replay_simulated=main.replay_simulated,
+        replay_simulated=bool(main.replay_surface and surface_is_simulated(main.replay_surface)),
         target=main.target,
         other_targets=list(main.other_targets),
         references=[_reference(r, main) for r in main.references],
