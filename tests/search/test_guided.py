@@ -286,3 +286,24 @@ def test_any_launch_of_a_launched_proposer_is_priced_before_it_runs(tmp_path, db
         strategy.prediction_for({"method": "none", "max_num_seqs": 4, "memory_fraction": 0.4})
         is None
     )
+
+
+def test_the_prediction_error_is_against_the_launch_it_was_made_for():
+    """A confirmed trial's numbers are the second launch's; its prediction was made for the
+    first, which the confirmation keeps under ``search``."""
+    from tuner.storage import TrialRecord
+
+    pred = {"objective": "output_tok_per_s", "value": 168.9, "rel_sigma": 0.2}
+    common = dict(number=3, state="complete", method="draft_model", params={}, concurrency=1)
+    confirmed = TrialRecord(
+        **common,
+        workload="w",
+        metrics={"output_tok_per_s": 127.1, "search": {"output_tok_per_s": 196.7}},
+        search={"by": "guide: depth", "predicted": pred},
+    )
+    assert confirmed.prediction_error_pct == pytest.approx(100 * (196.7 - 168.9) / 168.9)
+    plain = confirmed.model_copy(update={"metrics": {"output_tok_per_s": 150.0}})
+    assert plain.prediction_error_pct == pytest.approx(100 * (150.0 - 168.9) / 168.9)
+    failed = confirmed.model_copy(update={"state": "fail"})
+    assert failed.prediction_error_pct is None
+    assert confirmed.model_copy(update={"search": {"by": "sampler"}}).prediction_error_pct is None

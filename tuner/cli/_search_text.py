@@ -50,7 +50,9 @@ def search_text(recs: list[TrialRecord]) -> str:
                 str(r.number),
                 params_text(r.params),
                 f"{pred['value']:.4g} +/-{100 * pred['rel_sigma']:.0f}%",
-                fmt(r.metrics.get(name), ".4g") if err is not None else f"({r.state})",
+                fmt((r.metrics.get("search") or r.metrics).get(name), ".4g")
+                if err is not None
+                else f"({r.state})",
                 "-" if err is None else f"{err:+.1f}%",
             ]
         )

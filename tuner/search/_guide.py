@@ -82,6 +82,7 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
     for r in rows:
         pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
         m = _primary(r, level) if r.state == "complete" else None
+        m = (m.get("search") or m) if m else None  # a confirmed trial keeps its search launch
         if pred and m and m.get(metric):
             errs.append(abs(float(m[metric]) - pred) / abs(pred))
     return min(0.5, statistics.median(errs)) if errs else 0.0

@@ -64,11 +64,16 @@ class TrialRecord(BaseModel):
         "measurement) and class (what was proposed, when launched as its class's member)",
     )
 
-    @computed_field(description="measured minus predicted first objective, % of predicted")
+    @computed_field(
+        description="measured (by the launch it was predicted for) minus predicted first "
+        "objective, % of predicted"
+    )
     def prediction_error_pct(self) -> float | None:
         pred = (self.search or {}).get("predicted") or {}
         v, name = pred.get("value"), pred.get("objective")
-        got = self.metrics.get(name) if name else None
+        # The launch the prediction was made for: a confirmed trial keeps it under "search".
+        measured = self.metrics.get("search") or self.metrics
+        got = measured.get(name) if name else None
         if not v or got is None or self.state not in ("complete", "pruned"):
             return None
         return 100.0 * (float(got) - float(v)) / float(v)
