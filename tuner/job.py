@@ -282,7 +282,7 @@ def run_job(
     )
     recovery.storage = storage
     study = store.load_study(job_id, sampler=sampler, storage=storage)
-    strategy = SearchStrategy(store, job_id, space, n_trials)
+    strategy = SearchStrategy(store, job_id, space, n_trials, prompts)
     if not join:
         recovery.sweep(study)
         if not study.trials:

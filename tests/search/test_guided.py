@@ -168,7 +168,7 @@ def test_the_guide_scans_one_proposer_of_each_method_first_in_prior_order(tmp_pa
     rows = [_row(0, BASE)]
     seen = []
     for n in range(1, 4):
-        prop = propose(space, rows, [], lambda c: 0.4)
+        prop = propose(space, rows, lambda c: 0.4)
         assert prop is not None and prop.by == "guide: scan"
         assert prop.params["num_speculative_tokens"] == 6 and prop.params["max_num_seqs"] == 4
         seen.append(prop.params["method"])
@@ -190,7 +190,7 @@ def test_the_guide_exploits_a_confident_prediction_before_scanning_on(tmp_path, 
         _row(1, {**head, "num_speculative_tokens": 6}),
         _row(2, {**head, "num_speculative_tokens": 5}),
     ]
-    prop = propose(space, rows, [], lambda c: 0.4)
+    prop = propose(space, rows, lambda c: 0.4)
     truth = {
         k: point({**head, "num_speculative_tokens": k}, 4)["output_tok_per_s"] for k in range(1, 7)
     }
@@ -210,7 +210,7 @@ def test_the_guide_goes_silent_when_everything_is_launched(tmp_path):
         for i, c in enumerate(grid_configs(space))
         if c["method"] != "none" and c["max_num_seqs"] == 4 and c["memory_fraction"] == 0.4
     ]
-    assert propose(space, rows, [], lambda c: 0.4) is None
+    assert propose(space, rows, lambda c: 0.4) is None
 
 
 def test_a_guided_job_finds_the_best_class_in_few_launches(tmp_path, db_url):

@@ -91,22 +91,21 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
 def propose(
     space: SearchSpace,
     rows: Sequence[Any],
-    pending: Iterable[dict[str, Any]],
     memory_for: Any,
     grid: Sequence[dict[str, Any]] | None = None,
 ) -> Proposal | None:
     """The next launch, or None to leave it to the sampler.
 
-    ``rows``: the job's stored trials (params, state, measurements, search notes);
-    ``pending``: params already running or queued; ``memory_for(params)``: the memory share
-    to launch a proposer's family at (its class representative)."""
+    ``rows``: the job's stored trials (params, state, measurements, search notes; running
+    ones too); ``memory_for(params)``: the memory share to launch a proposer's family at
+    (its class representative)."""
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
     sign = 1.0 if space.objectives[0].resolved_direction == "maximize" else -1.0
     limits = space.slo.limits()
     min_match = space.lossless.min_match_rate if space.lossless.enabled else None
     launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
-    families, place, started, taken = _layout(space, rows, pending, memory_for, grid)
+    families, place, started, taken = _layout(space, rows, memory_for, grid)
 
     # A proposer counts as scanned once its largest depth ran or runs (a start point at a
     # smaller depth prices only the depths below it), or once it failed.
@@ -230,18 +229,17 @@ def predicted_points(
 ) -> list[tuple[dict[str, Any], Prediction]]:
     """What the depth model predicts for every unlaunched depth of the launched proposers
     (for people to see, drawn apart from measurements)."""
-    families, place, started, taken = _layout(space, rows, [], memory_for, grid)
+    families, place, started, taken = _layout(space, rows, memory_for, grid)
     return depth_predictions(space, rows, families, started, place, taken)
 
 
 def _layout(
     space: SearchSpace,
     rows: Sequence[Any],
-    pending: Iterable[dict[str, Any]],
     memory_for: Any,
     grid: Sequence[dict[str, Any]] | None,
 ) -> tuple[dict[str, list[dict[str, Any]]], Any, set[str], set[str]]:
-    taken = {_key(r.params) for r in rows if r.state != "waiting"} | {_key(p) for p in pending}
+    taken = {_key(r.params) for r in rows}  # ran, runs or failed: the store has no waiting row
     families: dict[str, list[dict[str, Any]]] = {}
     for c in grid if grid is not None else grid_configs(space):
         if c["method"] != "none":

@@ -45,7 +45,7 @@ from tuner.search._guide import (
 )
 from tuner.space import SearchSpace
 from tuner.storage import Store, space_of_job
-from tuner.workloads import WorkloadError
+from tuner.workloads import Prompt, WorkloadError
 
 __all__ = ["SearchStrategy", "dominated_by", "interval_text"]
 
@@ -96,13 +96,26 @@ def interval_text(m: dict[str, Any], objectives: list[tuple[str, str]]) -> str:
 class SearchStrategy:
     """One job's strategy; reads what the job measured so far from the store."""
 
-    def __init__(self, store: Store, job_id: int, space: SearchSpace, n_trials: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        job_id: int,
+        space: SearchSpace,
+        n_trials: int,
+        prompts: dict[str, list[Prompt]] | None = None,
+    ) -> None:
         self.store, self.job_id, self.space, self.n_trials = store, job_id, space, n_trials
         self.objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
+        self._prompts = prompts  # the job's, already read; read here only when asked for
+
+    @functools.cached_property
+    def need_tokens(self) -> int | None:
+        """KV tokens the workload's worst case needs (``kv_need_tokens``)."""
         try:
-            self.need_tokens: int | None = kv_need_tokens(space, load_all_prompts(space))
+            prompts = self._prompts if self._prompts is not None else load_all_prompts(self.space)
         except (WorkloadError, OSError):
-            self.need_tokens = None  # the job fails on its workload elsewhere, with the reason
+            return None  # the job fails on its workload elsewhere, with the reason
+        return kv_need_tokens(self.space, prompts)
 
     # ------------------------------------------------------------------ what to launch next
 
@@ -127,9 +140,8 @@ class SearchStrategy:
         if waiting:
             return None  # start points and neighbours first
         rows = self.store.trials(self.job_id)
-        running = [dict(r.params) for r in rows if r.state == "running"]
         memory = family_memory(self.space, rows, self.need_tokens)
-        prop = propose(self.space, rows, running, memory, self.grid)
+        prop = propose(self.space, rows, memory, self.grid)
         if prop is None:
             return None
         d = config_to_params(prop.params, self.space)
