@@ -19,15 +19,15 @@ export function exportFormats() {
 
 // Fills `box` with the exports of `winner` (a Pareto point, or null when nothing is feasible)
 // for `params` (the SLO, concurrency and workload the chart shows); `available` is the Pareto
-// answer's winner_exports. False when the list of formats could not be had (its error is
-// shown in the box).
-export async function exportPanel(box, jobId, winner, params, available = []) {
+// answer's winner_exports; `stale()` true when a newer panel replaced this one (nothing is
+// drawn then). False when the list of formats could not be had (its error is shown in the box).
+export async function exportPanel(box, jobId, winner, params, available = [], stale = () => false) {
   const refused = new Map(available.filter((e) => !e.available).map((e) => [e.name, e.reason]));
   let list;
   try {
     list = await exportFormats();
   } catch (err) {
-    box.replaceChildren(h("p", { class: "errors", text: fieldErrors(err).join("\n") }));
+    if (!stale()) box.replaceChildren(h("p", { class: "errors", text: fieldErrors(err).join("\n") }));
     return false;
   }
   const blocks = [];
@@ -37,6 +37,7 @@ export async function exportPanel(box, jobId, winner, params, available = []) {
     blocks.push(h("div", { class: "export-block" }, h("h3", { text: f.label }), pre, btn));
     if (!winner) { pre.textContent = "nothing feasible under this SLO: nothing to export"; continue; }
     if (refused.has(f.name)) { pre.textContent = refused.get(f.name); continue; }
+    if (stale()) return true;
     try {
       const out = await api(`/api/jobs/${jobId}/export`, { params: { format: f.name, ...params } });
       pre.textContent = out.text;
@@ -48,6 +49,6 @@ export async function exportPanel(box, jobId, winner, params, available = []) {
       });
     } catch (err) { pre.textContent = fieldErrors(err).join("\n"); }
   }
-  box.replaceChildren(...blocks);
+  if (!stale()) box.replaceChildren(...blocks);
   return true;
 }

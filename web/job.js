@@ -131,9 +131,11 @@ export async function jobPage(gen, jobId) {
   async function loadPareto() {
     const mine = ++seq;
     try {
-      const rep = await api(`/api/jobs/${jobId}/pareto`, { params: {
-        slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value,
-        workload: wlSel.value } });
+      // The exports are asked with the parameters this answer was computed for: the SLO may
+      // have moved since (a drag), and a winner under the old SLO is no winner under the new.
+      const asked = { slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value,
+        concurrency: levelSel.value, workload: wlSel.value };
+      const rep = await api(`/api/jobs/${jobId}/pareto`, { params: asked });
       if (mine !== seq || !isCurrent(gen)) return;
       sloErr.textContent = "";
       if (!levelSel.options.length) {
@@ -180,17 +182,19 @@ export async function jobPage(gen, jobId) {
       alsoBox.replaceChildren(...also.map((t) => h("li", { text: t })));
       if (rep.replay_surface) summary.textContent = `REPLAY of the recorded surface ${rep.replay_surface}: ` +
         "no number here was measured by this job (search benchmarking only). " + summary.textContent;
-      if ((w?.trial_number ?? null) !== winner) { winner = w?.trial_number ?? null; loadExports(w, rep.winner_exports); }
+      if ((w?.trial_number ?? null) !== winner) { winner = w?.trial_number ?? null; loadExports(w, rep.winner_exports, asked); }
     } catch (err) {
       if (err instanceof ApiError && err.status === 422) sloErr.textContent = fieldErrors(err).join("; ");
       else handle(err);
     }
   }
-  async function loadExports(w, available) {
-    const params = { slo_p99_tpot_ms: sloTpot.value, slo_p99_ttft_ms: sloTtft.value, concurrency: levelSel.value,
-      workload: wlSel.value };
+  let exportSeq = 0;
+  async function loadExports(w, available, params) {
+    const mine = ++exportSeq;
+    // A later winner's panel is being filled: this one is dropped, never drawn over it.
+    const stale = () => mine !== exportSeq || !isCurrent(gen);
     // No list of formats: ask again on the next reload of the chart.
-    if (!(await exportPanel(exportBox, jobId, w, params, available))) winner = UNSET;
+    if (!(await exportPanel(exportBox, jobId, w, params, available, stale)) && !stale()) winner = UNSET;
   }
   for (const e of [sloTpot, sloTtft]) e.addEventListener("input", () => {
     const v = Number(sloInput().value);

@@ -1,0 +1,107 @@
+"""The export panel asks for the winner of the chart it was drawn for, never for the SLO the
+input holds by the time the answer arrives (CI stop 18 failed on that race: a drag of the SLO
+line sent the old winner's export with the new, infeasible SLO and got a 409).
+
+The race is made deterministic: the page's fetch holds the Pareto answer back while the SLO
+input changes. The job ran against the FAKE OpenAI server: its numbers measure nothing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from tests.api.test_ui import browser_page, serve
+from tests.api.test_ui_views import get
+from tests.conftest import FAKE_SERVER
+from tests.job.test_methods import _space
+from tuner.job import create_job, run_job
+from tuner.storage import Store
+
+pytestmark = pytest.mark.browser
+
+# Pareto answers wait on window.__release() while window.__hold is set.
+HOLD_PARETO = """() => {
+  const real = window.fetch.bind(window);
+  window.__pending = 0;
+  window.__hold = false;
+  window.fetch = async (url, opts) => {
+    const r = await real(url, opts);
+    if (window.__hold && String(url).includes('/pareto')) {
+      window.__pending += 1;
+      await new Promise((ok) => { window.__release = ok; });
+    }
+    return r;
+  };
+}"""
+
+
+def _finished_job(tmp_path) -> int:
+    store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")  # the live server's database
+    job_id = create_job(store, _space(trials=4))
+    errors: list[BaseException] = []
+
+    def job() -> None:  # its own thread: Playwright's sync API holds this one's loop
+        try:
+            run_job(
+                store, job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SERVER)]
+            )
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=job)
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive() and not errors, errors
+    return job_id
+
+
+def test_exports_follow_the_answer_not_the_input(tmp_path):
+    with serve(tmp_path) as base:
+        job_id = _finished_job(tmp_path)
+        with browser_page(base) as pg:
+            statuses: list[tuple[str, int]] = []
+            pg.on(
+                "response",
+                lambda r: "/export?" in r.url and statuses.append((r.url, r.status)),
+            )
+            pg.goto(base + f"/#/jobs/{job_id}")
+            pg.wait_for_selector("[data-testid=job-state]:has-text('succeeded')")
+            summary = pg.locator("[data-testid=pareto-summary]")
+            pg.wait_for_selector("[data-testid=pareto-summary]:has-text('winner: trial')")
+            rep = get(pg, f"/api/jobs/{job_id}/pareto")
+            tpots = [
+                p["p99_tpot_ms"] for p in rep["points"] if p["concurrency"] == rep["concurrency"]
+            ]
+            tight = f"{min(tpots) / 10:.6f}"  # nothing is feasible under it
+            loose = f"{max(tpots) * 10:.4f}"  # every point is
+            pg.fill("#slo-tpot", tight)
+            pg.wait_for_selector("[data-testid=pareto-summary]:has-text('nothing is feasible')")
+            pg.wait_for_selector("pre.export[data-format=vllm-json]:has-text('nothing feasible')")
+
+            # The loose SLO's answer is held while the input already reads the tight one (its
+            # own reload not yet due): the winner appears, and its exports must be the loose
+            # SLO's.
+            statuses.clear()
+            pg.evaluate(HOLD_PARETO)
+            pg.evaluate("() => { window.__hold = true; }")
+            pg.fill("#slo-tpot", loose)
+            pg.wait_for_function("() => window.__pending === 1")
+            pg.evaluate(
+                "v => { document.querySelector('#slo-tpot').value = v; window.__hold = false;"
+                " window.__release(); }",
+                tight,
+            )
+            pg.wait_for_selector("[data-testid=pareto-summary]:has-text('winner: trial')")
+            pg.wait_for_selector("button.copy[data-format=vllm-json]:not([disabled])")
+            assert statuses and all(s == 200 for _, s in statuses), statuses
+            assert all(f"slo_p99_tpot_ms={loose}" in u for u, _ in statuses), statuses
+
+            # The tight SLO's own reload then empties the panel, with no request at all.
+            n = len(statuses)
+            pg.dispatch_event("#slo-tpot", "input")
+            pg.wait_for_selector("pre.export[data-format=vllm-json]:has-text('nothing feasible')")
+            assert "nothing is feasible" in summary.inner_text()
+            assert len(statuses) == n
+            assert pg.console_errors == [], pg.console_errors
