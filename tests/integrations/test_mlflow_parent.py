@@ -124,6 +124,26 @@ def test_the_parent_ends_with_the_job(space_dir, db_url, mlflow_uri, state, stat
     assert trial.info.status == "FINISHED"  # the trial's own run keeps its state
 
 
+def test_a_resumed_job_runs_its_parent_again(space_dir, db_url, mlflow_uri):
+    """Cancelled, then resumed (``spectune resume``): the next trial reopens the same parent,
+    which ends with the job's final state."""
+    store = Store(db_url)
+    space = _space(space_dir, trials=3, confirm=0)
+    job_id = create_job(store, space)
+    log_trial(store, job_id, space, _record(0))
+    on_job_stopped(store, job_id, "cancelled")
+    (parent,), _ = _runs(mlflow_uri)
+    assert parent.info.status == "KILLED"
+    log_trial(Store(db_url), job_id, space, _record(1))  # the resumed run's first trial
+    (again,), trials = _runs(mlflow_uri)
+    assert again.info.run_id == parent.info.run_id
+    assert again.info.status == "RUNNING" and again.data.tags["spectune.job_state"] == "running"
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent.info.run_id}
+    on_job_stopped(store, job_id, "succeeded")
+    (done,), _ = _runs(mlflow_uri)
+    assert done.info.status == "FINISHED" and done.data.tags["spectune.job_state"] == "succeeded"
+
+
 def test_a_job_stopped_before_any_trial_leaves_no_run(space_dir, db_url, mlflow_uri):
     store = Store(db_url)
     job_id = create_job(store, _space(space_dir, trials=1, confirm=0))

@@ -229,12 +229,21 @@ def log_trial(store: Store, job_id: int, space: SearchSpace, record: dict[str, A
         mlflow, client = _client()
         exp_id, key = _experiment_id(client), _job_key(store, job_id)
         parent = _parent(client, exp_id, key, store, job_id)
+        _reopen(client, parent)
         if _find(client, exp_id, key, record["number"]) is None:
             _log_run(mlflow, client, (exp_id, parent, key), space, record)
     except MlflowUnavailable:
         raise
     except Exception as e:  # the tuning job goes on; SpecTune's database has the numbers
         log.warning("MLflow: trial %s of job %s not logged: %s", record["number"], job_id, e)
+
+
+def _reopen(client: Any, parent: str) -> None:
+    """A resumed job (``spectune resume`` of a cancelled or failed one) logs again: its
+    parent runs again, never a KILLED or FAILED run with live trials under it."""
+    if client.get_run(parent).info.status != "RUNNING":
+        client.update_run(parent, status="RUNNING")
+        client.set_tag(parent, "spectune.job_state", "running")
 
 
 def log_job_end(store: Store, job_id: int) -> None:
