@@ -258,9 +258,10 @@ export async function jobPage(gen, jobId) {
     }
     return !ENDED.includes(job.state);
   }
-  if (await refresh()) {
-    const timer = setInterval(async () => {
-      if (!isCurrent(gen) || !(await refresh())) clearInterval(timer);
-    }, 2000);
-  }
+  // The next refresh is due 2 s after this one ended, never while one is in flight: a slow
+  // server gets no pile of overlapping reloads drawing over each other.
+  const tick = async () => {
+    if (isCurrent(gen) && (await refresh())) setTimeout(tick, 2000);
+  };
+  if (await refresh()) setTimeout(tick, 2000);
 }

@@ -1,9 +1,12 @@
-"""The export panel asks for the winner of the chart it was drawn for, never for the SLO the
-input holds by the time the answer arrives (CI stop 18 failed on that race: a drag of the SLO
-line sent the old winner's export with the new, infeasible SLO and got a 409).
+"""Races of the job page against a slow or moving server, made deterministic by a patched
+fetch that holds answers back.
 
-The race is made deterministic: the page's fetch holds the Pareto answer back while the SLO
-input changes. The job ran against the FAKE OpenAI server: its numbers measure nothing."""
+- The export panel asks for the winner of the chart it was drawn for, never for the SLO the
+  input holds by the time the answer arrives (CI stop 18 failed on that race: a drag of the
+  SLO line sent the old winner's export with the new, infeasible SLO and got a 409).
+- A slow server never gets overlapping refreshes of a running job's page.
+
+The job ran against the FAKE OpenAI server: its numbers measure nothing."""
 
 from __future__ import annotations
 
@@ -104,4 +107,37 @@ def test_exports_follow_the_answer_not_the_input(tmp_path):
             pg.wait_for_selector("pre.export[data-format=vllm-json]:has-text('nothing feasible')")
             assert "nothing is feasible" in summary.inner_text()
             assert len(statuses) == n
+            assert pg.console_errors == [], pg.console_errors
+
+
+# Answers of GET /api/jobs/{id} (the page's refresh) take 3 s; the most in flight at once
+# is counted.
+SLOW_REFRESH = """() => {
+  const real = window.fetch.bind(window);
+  window.__inflight = 0; window.__most = 0; window.__refreshes = 0;
+  window.fetch = async (url, opts) => {
+    if (!/\\/api\\/jobs\\/\\d+(\\?|$)/.test(String(url))) return real(url, opts);
+    window.__refreshes += 1;
+    window.__inflight += 1;
+    window.__most = Math.max(window.__most, window.__inflight);
+    try {
+      await new Promise((ok) => setTimeout(ok, 3000));
+      return await real(url, opts);
+    } finally { window.__inflight -= 1; }
+  };
+}"""
+
+
+def test_a_slow_server_gets_one_refresh_at_a_time(tmp_path):
+    """A job no worker takes (made in the database, not through the API) stays queued: its
+    page keeps refreshing every 2 s, each answer here taking 3 s."""
+    with serve(tmp_path) as base:
+        store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")
+        job_id = create_job(store, _space(trials=2))
+        with browser_page(base) as pg:
+            pg.goto(base + f"/#/jobs/{job_id}")
+            pg.wait_for_selector("[data-testid=job-state]")
+            pg.evaluate(SLOW_REFRESH)
+            pg.wait_for_function("() => window.__refreshes >= 3", timeout=30_000)
+            assert pg.evaluate("() => window.__most") == 1
             assert pg.console_errors == [], pg.console_errors
