@@ -65,6 +65,10 @@ def test_predictions_are_the_strategys_and_say_they_are_predicted(guided):
         assert got["basis"] == w["basis"] and got["notes"] == w["notes"]
         assert f"{got['workload']}@{got['concurrency']}" == got["level"]
         assert got["method"] == w["params"]["method"]
+    # one point per class: the batch sizes (and memory shares) a class launches as one are
+    # one prediction, never a pile of markers on one spot
+    keys = [repr(sorted(p["params"].items())) for p in body["points"]]
+    assert len(keys) == len(set(keys))
     # never a configuration the job measured
     launched = {repr(sorted(t.params.items())) for t in store.trials(jid, launched_only=True)}
     assert not launched & {repr(sorted(p["params"].items())) for p in body["points"]}

@@ -194,6 +194,7 @@ def depth_predictions(
         if (phi := fixed_share_of(pts, base)) is not None:
             shares.setdefault(families[fk][0]["method"], []).append(phi)
     out = []
+    seen = set(taken)  # members of one class (batch sizes, memory shares) place as one
     for fk, (pts, base) in per_family.items():
         share = shares.get(families[fk][0]["method"])
         phi = statistics.median(share) if share else None
@@ -201,8 +202,9 @@ def depth_predictions(
         for c in families[fk]:
             k = int(c["num_speculative_tokens"])
             cand = place(c)
-            if k in depths or _key(cand) in taken:
+            if k in depths or _key(cand) in seen:
                 continue
+            seen.add(_key(cand))
             pred = predict_depth(k, pts, base, metric, calibration=cal, fixed_share=phi)
             if pred is not None and metric in pred.metrics:
                 out.append((cand, pred))
