@@ -102,6 +102,28 @@ def page(live):
         yield pg
 
 
+def run_fake_job(tmp_path: Path, space) -> int:
+    """A job of ``space`` run to its end against the FAKE server, in the live server's
+    database; in its own thread, since Playwright's sync API holds this one's event loop."""
+    store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    job_id = create_job(store, space)
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            run_job(
+                store, job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SERVER)]
+            )
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=job)
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive() and not errors, errors
+    return job_id
+
+
 def _feasible_count(page) -> int:
     return page.locator(".pt.sel[data-feasible=true]").count()
 
@@ -337,24 +359,7 @@ def test_job_page_lists_another_target_and_hosted_rows(page, tmp_path):
         }
     ]
     space = loads_space(json.dumps(data), base_dir=REPO)
-    url = f"sqlite:///{tmp_path / 'spectune.db'}"  # the live server's database
-    store = Store(url)
-    job_id = create_job(store, space)
-    # Its own thread: Playwright's sync API holds this thread's event loop.
-    errors: list[BaseException] = []
-
-    def job() -> None:
-        try:
-            run_job(
-                store, job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SERVER)]
-            )
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    t = threading.Thread(target=job)
-    t.start()
-    t.join(timeout=300)
-    assert not t.is_alive() and not errors, errors
+    job_id = run_fake_job(tmp_path, space)
     page.goto(page.base + f"/#/jobs/{job_id}")
     also = page.locator("[data-testid=also-measured]")
     try:

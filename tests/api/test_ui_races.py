@@ -10,16 +10,12 @@ The job ran against the FAKE OpenAI server: its numbers measure nothing."""
 
 from __future__ import annotations
 
-import sys
-import threading
-
 import pytest
 
-from tests.api.test_ui import browser_page, serve
+from tests.api.test_ui import browser_page, run_fake_job, serve
 from tests.api.test_ui_views import get
-from tests.conftest import FAKE_SERVER
 from tests.job.test_methods import _space
-from tuner.job import create_job, run_job
+from tuner.job import create_job
 from tuner.storage import Store
 
 pytestmark = pytest.mark.browser
@@ -40,29 +36,9 @@ HOLD_PARETO = """() => {
 }"""
 
 
-def _finished_job(tmp_path) -> int:
-    store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")  # the live server's database
-    job_id = create_job(store, _space(trials=4))
-    errors: list[BaseException] = []
-
-    def job() -> None:  # its own thread: Playwright's sync API holds this one's loop
-        try:
-            run_job(
-                store, job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SERVER)]
-            )
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    t = threading.Thread(target=job)
-    t.start()
-    t.join(timeout=300)
-    assert not t.is_alive() and not errors, errors
-    return job_id
-
-
 def test_exports_follow_the_answer_not_the_input(tmp_path):
     with serve(tmp_path) as base:
-        job_id = _finished_job(tmp_path)
+        job_id = run_fake_job(tmp_path, _space(trials=4))
         with browser_page(base) as pg:
             statuses: list[tuple[str, int]] = []
             pg.on(

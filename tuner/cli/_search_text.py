@@ -12,7 +12,7 @@ from collections import Counter
 
 from tuner.cli._render import fmt, table
 from tuner.methods import params_text
-from tuner.storage import TrialRecord
+from tuner.storage import TrialRecord, search_launch
 
 __all__ = ["search_text"]
 
@@ -50,7 +50,7 @@ def search_text(recs: list[TrialRecord]) -> str:
                 str(r.number),
                 params_text(r.params),
                 f"{pred['value']:.4g} +/-{100 * pred['rel_sigma']:.0f}%",
-                fmt((r.metrics.get("search") or r.metrics).get(name), ".4g")
+                fmt(search_launch(r.metrics).get(name), ".4g")
                 if err is not None
                 else f"({r.state})",
                 "-" if err is None else f"{err:+.1f}%",

@@ -146,9 +146,13 @@ def _merge(client: Any, exp_id: str, key: str, runs: list[Any]) -> str:
     return keep
 
 
-def _parent(client: Any, exp_id: str, key: str, store: Store, job_id: int) -> str:
+def _parent(
+    client: Any, exp_id: str, key: str, store: Store, job_id: int, reopen: bool = False
+) -> str:
     """The job's parent run, created by the first worker to need it (see the module's
-    docstring for two workers that create it at once)."""
+    docstring for two workers that create it at once). ``reopen``: a trial is being logged,
+    so a parent that ended KILLED or FAILED (``spectune resume`` of a cancelled or failed
+    job) runs again, never with live trials under an ended run."""
     runs = _parents(client, exp_id, key)
     if not runs:
         job = store.job(job_id)
@@ -157,7 +161,11 @@ def _parent(client: Any, exp_id: str, key: str, store: Store, job_id: int) -> st
         runs = _parents(client, exp_id, key)
         if mine.info.run_id not in {r.info.run_id for r in runs}:  # a store slow to show it
             runs = sorted([*runs, mine], key=lambda r: (r.info.start_time or 0, r.info.run_id))
-    return _merge(client, exp_id, key, runs)
+    keep = _merge(client, exp_id, key, runs)
+    if reopen and runs[0].info.status != "RUNNING":
+        client.update_run(keep, status="RUNNING")
+        client.set_tag(keep, "spectune.job_state", "running")
+    return keep
 
 
 def _metric_key(*parts: Any) -> str:
@@ -228,22 +236,13 @@ def log_trial(store: Store, job_id: int, space: SearchSpace, record: dict[str, A
     try:
         mlflow, client = _client()
         exp_id, key = _experiment_id(client), _job_key(store, job_id)
-        parent = _parent(client, exp_id, key, store, job_id)
-        _reopen(client, parent)
+        parent = _parent(client, exp_id, key, store, job_id, reopen=True)
         if _find(client, exp_id, key, record["number"]) is None:
             _log_run(mlflow, client, (exp_id, parent, key), space, record)
     except MlflowUnavailable:
         raise
     except Exception as e:  # the tuning job goes on; SpecTune's database has the numbers
         log.warning("MLflow: trial %s of job %s not logged: %s", record["number"], job_id, e)
-
-
-def _reopen(client: Any, parent: str) -> None:
-    """A resumed job (``spectune resume`` of a cancelled or failed one) logs again: its
-    parent runs again, never a KILLED or FAILED run with live trials under it."""
-    if client.get_run(parent).info.status != "RUNNING":
-        client.update_run(parent, status="RUNNING")
-        client.set_tag(parent, "spectune.job_state", "running")
 
 
 def log_job_end(store: Store, job_id: int) -> None:

@@ -34,6 +34,7 @@ from tuner.pareto import feasible
 from tuner.search._classes import memory_family
 from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
 from tuner.space import SearchSpace
+from tuner.storage import search_launch
 
 __all__ = [
     "Proposal",
@@ -82,7 +83,7 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
     for r in rows:
         pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
         m = _primary(r, level) if r.state == "complete" else None
-        m = (m.get("search") or m) if m else None  # a confirmed trial keeps its search launch
+        m = search_launch(m) if m else None
         if pred and m and m.get(metric):
             errs.append(abs(float(m[metric]) - pred) / abs(pred))
     return min(0.5, statistics.median(errs)) if errs else 0.0

@@ -24,7 +24,7 @@ from tuner.storage._models import (
     TrialModel,
     utcnow,
 )
-from tuner.storage._records import TrialRecord, named_constraints
+from tuner.storage._records import TrialRecord, named_constraints, search_launch
 from tuner.storage._store import CancelResult, JobNotFound, Store, space_of_job, study_name_for
 from tuner.storage._tokens import (
     TOKEN_PREFIX,
@@ -75,6 +75,7 @@ __all__ = [
     "head_revision",
     "iter_points",
     "named_constraints",
+    "search_launch",
     "space_of_job",
     "study_name_for",
     "upgrade",

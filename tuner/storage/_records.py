@@ -12,10 +12,16 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-__all__ = ["RecordQueries", "TrialRecord", "named_constraints"]
+__all__ = ["RecordQueries", "TrialRecord", "named_constraints", "search_launch"]
 
 # Optuna 5 keeps each constraint of a trial under its own system attr, ``constraints:<name>``.
 _CONSTRAINT_PREFIX = "constraints:"
+
+
+def search_launch(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The numbers of the launch the search made: a confirmed trial's are the second
+    launch's, and the confirmation keeps the first's under ``search``."""
+    return metrics.get("search") or metrics
 
 
 def named_constraints(system_attrs: Mapping[str, Any]) -> dict[str, float]:
@@ -71,9 +77,7 @@ class TrialRecord(BaseModel):
     def prediction_error_pct(self) -> float | None:
         pred = (self.search or {}).get("predicted") or {}
         v, name = pred.get("value"), pred.get("objective")
-        # The launch the prediction was made for: a confirmed trial keeps it under "search".
-        measured = self.metrics.get("search") or self.metrics
-        got = measured.get(name) if name else None
+        got = search_launch(self.metrics).get(name) if name else None  # the launch it priced
         if not v or got is None or self.state not in ("complete", "pruned"):
             return None
         return 100.0 * (float(got) - float(v)) / float(v)
