@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import FAKE_SERVER, TINY
 from tests.pg_server import (
     PgServer,
     PgUnavailable,
@@ -18,10 +19,6 @@ from tests.pg_server import (
     drop_database,
     sweep_orphans,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
-TINY = REPO / "models" / "tiny"
 
 
 @pytest.fixture
@@ -129,14 +126,6 @@ def fake_launcher() -> list[str]:
     return [sys.executable, str(FAKE_SERVER)]
 
 
-def vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 @pytest.fixture
 def tiny_models(tmp_path: Path) -> Path:
     return TINY
@@ -145,10 +134,3 @@ def tiny_models(tmp_path: Path) -> Path:
 def copy_model(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
-
-
-def trial_records(url: str, job_id: int) -> list[dict]:
-    """The trial read model as ``spectune trials --json`` prints it (metrics at top level)."""
-    from tuner.storage import Store
-
-    return [r.flat() for r in Store(url).trial_records(job_id)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import FAKE_LAUNCHER, make_settings
+from tests.helpers import FAKE_LAUNCHER, make_settings
 from tests.fake_space import _space
 from tuner import worker as worker_mod
 from tuner.api import ServiceSettings, create_app

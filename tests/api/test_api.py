@@ -17,59 +17,12 @@ import yaml
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tests.conftest import FAKE_SERVER
+from tests.helpers import FAKE_SERVER
 from tuner.api import ServiceSettings, create_app, hash_token
 from tuner.client import ApiError, SpecTuneClient
 from tuner.engines import EXPORT_FORMATS
 from tuner.storage import Store
 from tuner.worker import Worker
-
-FAKE_LAUNCHER = [sys.executable, str(FAKE_SERVER)]
-
-FAKE_PRESET = """\
-# FAKE engine preset for tests: the numbers it produces measure nothing real.
-name: fake-engine-test
-engine: {model: target, served_model_name: fake, startup_timeout_s: 30}
-methods:
-  ngram: {num_speculative_tokens: {min: 1, max: 3}}
-  draft_model: {num_speculative_tokens: {min: 1, max: 3}, drafts: [draft]}
-max_num_seqs: [4]
-concurrency: [1, 2]
-workload: {num_prompts: 4, max_tokens: 12, warmup_requests: 1}
-slo: {p99_tpot_ms: 1000}
-measurement: {repeats: 2, max_relative_mad: 10, confirm_top: 0}
-trials: 4
-seed: 3
-"""
-# The same with the end-of-job confirmation: the best front configuration and the baseline
-# are launched again and re-measured.
-FAKE_PRESET_CONFIRM = FAKE_PRESET.replace("confirm_top: 0", "confirm_top: 1")
-
-
-def make_space_dir(root: Path, preset: str = FAKE_PRESET) -> Path:
-    """A search_spaces folder with one preset and the model folders its pre-flight reads."""
-    d = root / "search_spaces"
-    for name in ("target", "draft"):
-        (d / name).mkdir(parents=True)
-        (d / name / "config.json").write_text(json.dumps({"vocab_size": 100}))
-        (d / name / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
-    (d / "fake-small.yaml").write_text(preset)
-    return d
-
-
-def make_settings(root: Path, **kw) -> ServiceSettings:
-    base = {
-        "database_url": f"sqlite:///{root / 'spectune.db'}",
-        "search_spaces_dir": make_space_dir(root)
-        if not (root / "search_spaces").exists()
-        else root / "search_spaces",
-        "work_dir": root / "work",
-        "worker_poll_s": 0.2,
-        "worker_heartbeat_s": 0.5,
-        "worker_stale_after_s": 5.0,
-    }
-    return ServiceSettings(**{**base, **kw})
-
 
 def job_count(url: str) -> int:
     return Store(url).list_jobs(limit=1)[1]
@@ -103,7 +56,7 @@ def done(tmp_path_factory):
 def confirmed(tmp_path_factory):
     """One finished 4-trial job with the end-of-job confirmation (FAKE engine)."""
     root = tmp_path_factory.mktemp("confirmed")
-    make_space_dir(root, FAKE_PRESET_CONFIRM)
+    make_preset_dir(root, FAKE_PRESET_CONFIRM)
     s = make_settings(root)
     with TestClient(create_app(s, run_worker=False)) as c:
         job = c.post("/api/jobs", json={"preset": "fake-small"}).json()

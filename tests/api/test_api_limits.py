@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tests.api.test_api import make_settings
+from tests.helpers import make_settings
 from tuner.api import ServiceSettings, create_app
 
 BASE = {"name": "x", "engine": {"model": "target"}, "methods": {"ngram": {}}}

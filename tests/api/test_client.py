@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import make_settings
+from tests.helpers import make_settings
 from tuner.api import create_app
 from tuner.client import ApiError, SpecTuneClient
 

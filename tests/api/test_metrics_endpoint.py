@@ -8,7 +8,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.test_api import make_settings
+from tests.helpers import make_settings
 from tuner.api import create_app
 from tuner.storage import JobModel, Store, create_token, utcnow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import make_settings
+from tests.helpers import make_settings
 from tests.search.chain_surface import write_chain_surface
 from tuner.api import create_app
 from tuner.job import create_job, run_job

@@ -24,7 +24,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import Case, GenerationMode, checks
 from schemathesis.schemas import APIOperation
 
-from tests.api.test_api import FAKE_LAUNCHER, make_settings
+from tests.helpers import FAKE_LAUNCHER, make_settings
 from tuner.api import create_app
 from tuner.storage import Store, create_token
 from tuner.worker import Worker

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import FAKE_PRESET, make_settings
+from tests.helpers import FAKE_PRESET, make_settings
 from tests.engines.test_engine_process import _server
 from tuner.api import ServiceSettings, create_app, hash_token
 from tuner.api._limits import TokenBucket

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.api.test_api import FAKE_LAUNCHER, FAKE_PRESET_CONFIRM, make_settings, make_space_dir
-from tests.conftest import FAKE_SERVER, REPO
-from tests.job.test_methods import _space
+from tests.helpers import FAKE_LAUNCHER, FAKE_PRESET_CONFIRM, make_preset_dir, make_settings
+from tests.helpers import FAKE_SERVER, REPO
+from tests.helpers import every_method_space as _space
 from tuner.api import create_app
 from tuner.job import create_job, run_job
 from tuner.space import loads_space
@@ -49,7 +49,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def serve(tmp_path: Path, preset: str = FAKE_PRESET_CONFIRM, launcher: list[str] = FAKE_LAUNCHER):
     """The real app under uvicorn on a free port, its worker launching ``launcher``."""
-    make_space_dir(tmp_path, preset)
+    make_preset_dir(tmp_path, preset)
     settings = make_settings(tmp_path, port=_free_port())
     app = create_app(settings, launcher=launcher)
     server = uvicorn.Server(

@@ -14,7 +14,7 @@ import pytest
 
 from tests.api.test_ui import browser_page, run_fake_job, serve
 from tests.api.test_ui_views import get
-from tests.job.test_methods import _space
+from tests.helpers import every_method_space as _space
 from tuner.job import create_job
 from tuner.storage import Store
 

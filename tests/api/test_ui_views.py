@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.test_api import FAKE_PRESET
+from tests.helpers import FAKE_PRESET
 from tests.api.test_ui import browser_page, live, page  # noqa: F401  (fixtures)
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.browser
 
@@ -230,7 +230,7 @@ def test_pareto_axes_follow_the_objectives(page):  # noqa: F811
 
 
 def test_running_trial_log_is_live_and_scrubbed(tmp_path):
-    from tests.api.test_api import FAKE_LAUNCHER
+    from tests.helpers import FAKE_LAUNCHER
     from tests.api.test_ui import serve
 
     slow = FAKE_PRESET.replace("num_prompts: 4, max_tokens: 12", "num_prompts: 12, max_tokens: 32")

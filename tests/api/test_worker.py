@@ -12,7 +12,7 @@ from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-from tests.api.test_api import FAKE_LAUNCHER, FAKE_PRESET, make_settings, make_space_dir
+from tests.helpers import FAKE_LAUNCHER, FAKE_PRESET, make_preset_dir, make_settings
 from tuner.api import create_app
 from tuner.job import create_job
 from tuner.space import loads_space
@@ -124,7 +124,7 @@ SLOW = FAKE_PRESET.replace("max_tokens: 12", "max_tokens: 300").replace(
 
 @pytest.fixture
 def slow(tmp_path, any_db_url):
-    make_space_dir(tmp_path, SLOW)
+    make_preset_dir(tmp_path, SLOW)
     s = make_settings(tmp_path, database_url=any_db_url)
     with TestClient(create_app(s, run_worker=False)) as c:
         yield c, s

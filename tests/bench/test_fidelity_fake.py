@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import FAKE_SERVER, REPO, vllm_available
+from tests.helpers import FAKE_SERVER, REPO, vllm_available
 from tuner.client import wait_until_up
 from tuner.engines import free_port
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import REPO, TINY, vllm_available
+from tests.helpers import REPO, TINY, vllm_available
 from tuner import cli
 from tuner.api import create_app
 from tuner.api.settings import ServiceSettings

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 
-from tests.conftest import TINY
+from tests.helpers import TINY
 from tests.fake_space import SPACE, _space
 from tuner import cli
 from tuner.job import WorkerContext, create_job, run_job

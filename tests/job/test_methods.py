@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import trial_records
+from tests.helpers import REPO, TINY, every_method_space as _space, trial_records
 from tuner import cli
 from tuner.candidates import engine_config
 from tuner.cli._render import other_target_text
@@ -23,40 +23,7 @@ from tuner.space import SpaceError, loads_space
 from tuner.storage import Store
 from tuner.surface import grid_configs, grid_params, params_to_config
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "models" / "tiny"
 FAKE_SGLANG = Path(__file__).resolve().parents[1] / "fake_sglang_server.py"
-
-SPACE = f"""
-name: every-method
-engine: {{kind: {{kind}}, model: {TINY}/target, served_model_name: fake, device: {{device}},
-          startup_timeout_s: 30}}
-methods:
-  ngram: {{num_speculative_tokens: {{min: 1, max: 2}}, prompt_lookup_min: {{min: 1, max: 1}},
-          prompt_lookup_max: {{min: 3, max: 3}}}}
-  draft_model: {{num_speculative_tokens: {{min: 1, max: 2}}, drafts: [{TINY}/draft]}}
-  eagle: {{num_speculative_tokens: {{min: 1, max: 3}}, heads: [{TINY}/eagle]}}
-  eagle3: {{num_speculative_tokens: {{min: 1, max: 3}}, heads: [{TINY}/eagle3]}}
-  mtp: {{num_speculative_tokens: {{min: 1, max: 1}}, model: {TINY}/target-mtp}}
-max_num_seqs: [4]
-memory_fraction: [0.15]
-concurrency: [1, 2]
-workload: {{num_prompts: 4, max_tokens: 12, warmup_requests: 1}}
-measurement: {{repeats: 2, confirm_top: 0, prune: false, max_relative_mad: 10}}
-slo: {{p99_tpot_ms: 1000}}
-start_with:
-  - {{method: eagle, num_speculative_tokens: 3}}
-  - {{method: eagle3, num_speculative_tokens: 3}}
-  - {{method: mtp, num_speculative_tokens: 1}}
-trials: {{trials}}
-seed: 1
-"""
-
-
-def _space(kind="vllm", device="cpu", trials=5):
-    text = SPACE.replace("{kind}", kind).replace("{device}", device)
-    text = text.replace("{trials}", str(trials))
-    return loads_space(text, base_dir=REPO)
 
 
 def test_committed_heads_pass_preflight_and_a_wrong_pairing_is_refused():
@@ -124,7 +91,7 @@ def test_job_runs_every_method_and_reports_mtp_against_its_own_baseline(
     # The API answers each target apart; an unknown one is a 422 naming the field.
     from fastapi.testclient import TestClient
 
-    from tests.api.test_api import make_settings
+    from tests.helpers import make_settings
     from tuner.api import create_app
 
     with TestClient(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import make_settings
+from tests.helpers import make_settings
 from tuner.api import create_app
 from tuner.cli._render import report_text
 from tuner.explain import explain

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import trial_records
+from tests.helpers import trial_records
 from tests.fake_space import _space
 from tests.surface.fake_surface import SPACE, tok_per_s, write_fake_surface
 from tuner.job import create_job, run_job

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tuner.candidates import grid_configs
 from tuner.space import load_space
 

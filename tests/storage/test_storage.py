@@ -75,7 +75,7 @@ def test_real_v0_2_0_a_database_upgrades_and_keeps_its_results(tmp_path):
     import shutil
     from pathlib import Path
 
-    from tests.conftest import trial_records
+    from tests.helpers import trial_records
     from tuner import cli
     from tuner.pareto import job_report
     from tuner.storage import upgrade

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import trial_records
+from tests.helpers import trial_records
 from tuner import cli
 from tuner.export import ExportError, export_job
 from tuner.job import create_job, run_job

@@ -1,0 +1,113 @@
+"""Helpers shared by test modules (imported, never collected): paths, the FAKE engine
+launcher and presets, service settings for a temporary folder, the trial read model.
+
+The FAKE OpenAI server (tests/fake_openai_server.py) produces numbers that measure nothing
+real; it stands in for vLLM only in tests."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tuner.api import ServiceSettings
+from tuner.space import SearchSpace, loads_space
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
+TINY = REPO / "models" / "tiny"
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def trial_records(url: str, job_id: int) -> list[dict]:
+    """The trial read model as ``spectune trials --json`` prints it (metrics at top level)."""
+    from tuner.storage import Store
+
+    return [r.flat() for r in Store(url).trial_records(job_id)]
+
+
+FAKE_LAUNCHER = [sys.executable, str(FAKE_SERVER)]
+
+FAKE_PRESET = """\
+# FAKE engine preset for tests: the numbers it produces measure nothing real.
+name: fake-engine-test
+engine: {model: target, served_model_name: fake, startup_timeout_s: 30}
+methods:
+  ngram: {num_speculative_tokens: {min: 1, max: 3}}
+  draft_model: {num_speculative_tokens: {min: 1, max: 3}, drafts: [draft]}
+max_num_seqs: [4]
+concurrency: [1, 2]
+workload: {num_prompts: 4, max_tokens: 12, warmup_requests: 1}
+slo: {p99_tpot_ms: 1000}
+measurement: {repeats: 2, max_relative_mad: 10, confirm_top: 0}
+trials: 4
+seed: 3
+"""
+# The same with the end-of-job confirmation: the best front configuration and the baseline
+# are launched again and re-measured.
+FAKE_PRESET_CONFIRM = FAKE_PRESET.replace("confirm_top: 0", "confirm_top: 1")
+
+
+def make_preset_dir(root: Path, preset: str = FAKE_PRESET) -> Path:
+    """A search_spaces folder with one preset and the model folders its pre-flight reads."""
+    d = root / "search_spaces"
+    for name in ("target", "draft"):
+        (d / name).mkdir(parents=True)
+        (d / name / "config.json").write_text(json.dumps({"vocab_size": 100}))
+        (d / name / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
+    (d / "fake-small.yaml").write_text(preset)
+    return d
+
+
+def make_settings(root: Path, **kw) -> ServiceSettings:
+    base = {
+        "database_url": f"sqlite:///{root / 'spectune.db'}",
+        "search_spaces_dir": make_preset_dir(root)
+        if not (root / "search_spaces").exists()
+        else root / "search_spaces",
+        "work_dir": root / "work",
+        "worker_poll_s": 0.2,
+        "worker_heartbeat_s": 0.5,
+        "worker_stale_after_s": 5.0,
+    }
+    return ServiceSettings(**{**base, **kw})
+
+
+EVERY_METHOD_SPACE = f"""
+name: every-method
+engine: {{kind: {{kind}}, model: {TINY}/target, served_model_name: fake, device: {{device}},
+          startup_timeout_s: 30}}
+methods:
+  ngram: {{num_speculative_tokens: {{min: 1, max: 2}}, prompt_lookup_min: {{min: 1, max: 1}},
+          prompt_lookup_max: {{min: 3, max: 3}}}}
+  draft_model: {{num_speculative_tokens: {{min: 1, max: 2}}, drafts: [{TINY}/draft]}}
+  eagle: {{num_speculative_tokens: {{min: 1, max: 3}}, heads: [{TINY}/eagle]}}
+  eagle3: {{num_speculative_tokens: {{min: 1, max: 3}}, heads: [{TINY}/eagle3]}}
+  mtp: {{num_speculative_tokens: {{min: 1, max: 1}}, model: {TINY}/target-mtp}}
+max_num_seqs: [4]
+memory_fraction: [0.15]
+concurrency: [1, 2]
+workload: {{num_prompts: 4, max_tokens: 12, warmup_requests: 1}}
+measurement: {{repeats: 2, confirm_top: 0, prune: false, max_relative_mad: 10}}
+slo: {{p99_tpot_ms: 1000}}
+start_with:
+  - {{method: eagle, num_speculative_tokens: 3}}
+  - {{method: eagle3, num_speculative_tokens: 3}}
+  - {{method: mtp, num_speculative_tokens: 1}}
+trials: {{trials}}
+seed: 1
+"""
+
+
+def every_method_space(kind: str = "vllm", device: str = "cpu", trials: int = 5) -> SearchSpace:
+    """Every method on the committed tiny checkpoints (tests/job/test_methods.py)."""
+    text = EVERY_METHOD_SPACE.replace("{kind}", kind).replace("{device}", device)
+    text = text.replace("{trials}", str(trials))
+    return loads_space(text, base_dir=REPO)
