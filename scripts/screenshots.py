@@ -61,9 +61,10 @@ def serve(settings, launcher: list[str] | None):
     """The real app under uvicorn in a thread; (base URL, server)."""
     import uvicorn
 
+    from tests.helpers import fake_measurers
     from tuner.api import create_app
 
-    app = create_app(settings, launcher=launcher)
+    app = create_app(settings, measurers=None if launcher is None else fake_measurers(launcher))
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning")
     )

@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 from tuner.api import ServiceSettings
+from tuner.context import JobContext, MeasurerFactory
+from tuner.measure import LaunchMeasurer, Measurer
 from tuner.space import SearchSpace, loads_space
+from tuner.workloads import Prompt
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
@@ -111,3 +114,23 @@ def every_method_space(kind: str = "vllm", device: str = "cpu", trials: int = 5)
     text = EVERY_METHOD_SPACE.replace("{kind}", kind).replace("{device}", device)
     text = text.replace("{trials}", str(trials))
     return loads_space(text, base_dir=REPO)
+
+
+def fake_measurers(launcher: list[str] | None = None) -> MeasurerFactory:
+    """A job's measurer that launches ``launcher`` (the FAKE OpenAI server unless told) in
+    place of the engine: what tests give ``run_job``/``Worker``/``create_app`` as
+    ``measurers``. Only a test can: the product has no setting or variable that reaches it."""
+    cmd = FAKE_LAUNCHER if launcher is None else launcher
+
+    def make(ctx: JobContext, prompts: dict[str, list[Prompt]]) -> Measurer:
+        return LaunchMeasurer(
+            ctx.space,
+            prompts,
+            ctx.work_dir,
+            ctx.control,
+            ctx.count_launch,
+            launcher=cmd,
+            devices=ctx.worker.devices,
+        )
+
+    return make

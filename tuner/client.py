@@ -6,12 +6,13 @@
         job = c.wait(job.id)
         print(c.export(job.id, "vllm-json"))
 
-Light: it imports httpx and pydantic only (never fastapi, optuna, sqlalchemy or the engines),
-so a pipeline can use it without SpecTune's server dependencies. Tolerant: answers are read
-into small models of their own that ignore fields they do not know, so a newer server does
-not break an older client. An error answer (RFC 9457 problem+json) raises ``ApiError`` with
-its status, ``detail`` and, on a 422, ``errors`` naming each field. ``wait`` rides out
-restarts and rate limits with backoff; ``submit`` with an idempotency key retries the same.
+Light: it imports httpx, pydantic and ``tuner.states`` (standard library only), never
+fastapi, optuna, sqlalchemy or the engines, so a pipeline can use it without SpecTune's
+server dependencies. Tolerant: answers are read into small models of their own that ignore
+fields they do not know, so a newer server does not break an older client. An error answer
+(RFC 9457 problem+json) raises ``ApiError`` with its status, ``detail`` and, on a 422,
+``errors`` naming each field. ``wait`` rides out restarts and rate limits with backoff;
+``submit`` with an idempotency key retries the same.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.states import JOB_ENDED
 
 __all__ = [
     "ApiError",
@@ -42,7 +45,6 @@ __all__ = [
     "wait_until_up",
 ]
 
-_ENDED = ("succeeded", "failed", "cancelled")
 # Answers worth another try: the server restarting, overloaded, or rate-limiting this client.
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 T = TypeVar("T")
@@ -335,7 +337,7 @@ class SpecTuneClient:
         deadline = time.monotonic() + timeout_s
         while True:
             job = self._retrying(lambda: self.job(job_id))
-            if job.state in _ENDED:
+            if job.state in JOB_ENDED:
                 return job
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {job.state} after {timeout_s} s")

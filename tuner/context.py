@@ -120,6 +120,11 @@ class JobContext:
         """Where this job's engine logs go (``log_folder``)."""
         return self.work_dir / "logs" / log_folder(self.store.url, self.job_id)
 
+    def count_launch(self, startup_s: float, confirm: bool) -> None:
+        """A measurer's ``OnLaunch``: every launch (and its start-up time) counts on the job,
+        the search's and the confirmation's apart."""
+        self.store.count_launch(self.job_id, startup_s, confirm=confirm)
+
 
 # Chosen once per job (``tuner.job.default_measurer``: a recorded surface or real engines).
 # Tests inject one that launches the FAKE OpenAI server instead of vLLM; the product has no

@@ -7,19 +7,23 @@ recorded surface when benchmarking the search) is decided here, once per job.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-from sqlalchemy.engine import make_url
 
+from tuner.context import (
+    JobContext,
+    JobHooks,
+    MeasurerFactory,
+    TrialEvent,
+    WorkerContext,
+    log_folder,
+)
 from tuner.engines import EngineConfig
 from tuner.hardware import hardware_fingerprint
 from tuner.integrations import label_study, on_job_end, on_job_start, on_job_stopped
@@ -33,11 +37,13 @@ from tuner.measure import (
     measure_references,
 )
 from tuner.pareto import job_report, score
+from tuner.recovery import Recovery
 from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.space import SearchSpace
+from tuner.states import JobState
 from tuner.storage import JobModel, Store, space_of_job
 from tuner.surface import ReplayMeasurer
-from tuner.trial import Recovery, TrialEvent, TrialRunner, run_one
+from tuner.trial import TrialRunner
 from tuner.workloads import Prompt, WorkloadError
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "TrialEvent",
     "WorkerContext",
     "create_job",
+    "default_measurer",
     "log_folder",
     "run_job",
 ]
@@ -66,19 +73,6 @@ _SEARCH_KEYS = (
 )
 
 
-def log_folder(url: str, job_id: int) -> str:
-    """Job ids restart in every database: the folder names the database too, so two
-    databases sharing a work folder never overwrite each other's engine logs."""
-    try:
-        u = make_url(url)
-        name = Path(u.database).stem if u.get_backend_name() == "sqlite" and u.database else ""
-    except Exception:
-        name = ""
-    tag = hashlib.sha256(url.encode()).hexdigest()[:6]
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40]
-    return f"{safe}-{tag}-job-{job_id}" if safe else f"{tag}-job-{job_id}"
-
-
 def create_job(
     store: Store, space: SearchSpace, *, space_yaml: str | None = None, n_trials: int | None = None
 ) -> int:
@@ -94,21 +88,11 @@ def create_job(
     return job_id
 
 
-def _confirm(
-    store: Store,
-    job_id: int,
-    space: SearchSpace,
-    measurer: Measurer,
-    *,
-    log_dir: Path,
-    n_trials: int,
-    control: JobControl,
-    on_trial: Callable[[TrialEvent], None] | None,
-    on_start: Callable[[int, dict[str, Any]], None] | None,
-) -> list[int]:
+def _confirm(ctx: JobContext, measurer: Measurer) -> list[int]:
     """Re-launch the best front configurations (and the baseline) and measure them again;
     their stored numbers become the confirmed ones, the search's are kept under ``search``.
     Returns the confirmed trial numbers."""
+    store, job_id, space = ctx.store, ctx.job_id, ctx.space
     k = space.measurement.confirm_top
     if k <= 0 or not measurer.live:
         return []  # a replay has nothing to re-launch
@@ -129,71 +113,45 @@ def _confirm(
 
     done = []
     for number in chosen:
-        if control.cancelled:
+        if ctx.control.cancelled:
             break
         row = store.trial(job_id, number)
         cfg = EngineConfig.from_dict(row.engine_config)
-        if on_start:
-            on_start(number, {"confirm": True, **row.params})
+        ctx.hooks.started(number, {"confirm": True, **row.params})
         t0 = time.monotonic()
         try:
-            ms, _ = measurer.measure(
-                cfg, row.params, log_dir / f"confirm-{number}.log", confirm=True
+            got = measurer.measure(
+                cfg, row.params, ctx.log_dir / f"confirm-{number}.log", confirm=True
             )
         except TrialFailed as e:
             log.warning("confirmation of trial %s failed: %s", number, e)
             continue
-        new = {(m["workload"], m["concurrency"]): m for m in ms}
+        new = {(m["workload"], m["concurrency"]): m for m in got.points}
         store.replace_measurements(job_id, number, new, keep)
         done.append(number)
-        if on_trial:
+        if ctx.hooks.on_trial is not None:
             m = new.get((space.primary_workload, space.primary_concurrency), {})
             summary = (
                 f"{m.get('output_tok_per_s', 0):.1f} tok/s, p99 TPOT "
                 f"{m.get('p99_tpot_ms') or float('nan'):.2f} ms"
             )
             seconds = time.monotonic() - t0
-            on_trial(
-                TrialEvent(number, n_trials, "confirmed", row.method, row.params, seconds, summary)
+            ctx.hooks.ended(
+                TrialEvent(
+                    number, ctx.n_trials, "confirmed", row.method, row.params, seconds, summary
+                )
             )
     return done
 
 
-def _measurer(
-    store: Store,
-    job_id: int,
-    space: SearchSpace,
-    prompts: dict[str, list[Prompt]],
-    work_dir: Path,
-    control: JobControl,
-    launcher: list[str] | None,
-    devices: str | None,
-) -> Measurer:
-    """Chosen once per job: a recorded surface when the space names one, else real engines."""
-
-    def on_launch(startup_s: float, confirm: bool) -> None:
-        store.count_launch(job_id, startup_s, confirm=confirm)
-
-    if space.engine.surface is not None:
-        return ReplayMeasurer(space, on_launch)
-    return LaunchMeasurer(space, prompts, work_dir, control, on_launch, launcher, devices)
-
-
-@dataclass(frozen=True)
-class WorkerContext:
-    """The worker running a job's trials, one of possibly several sharing the job (Optuna's
-    distributed mode: each process asks the same study in the same database).
-
-    ``heartbeat_s``/``grace_s``: each running trial beats; one silent for ``grace_s`` is
-    failed by any worker and retried once. ``stopping``: true when the worker was asked to
-    stop (its trial in flight is then put back, not cancelled)."""
-
-    worker_id: str | None = None
-    devices: str | None = None
-    heartbeat_s: float = 5.0
-    grace_s: float = 60.0
-    poll_s: float = 2.0
-    stopping: Callable[[], bool] = field(default=lambda: False)
+def default_measurer(ctx: JobContext, prompts: dict[str, list[Prompt]]) -> Measurer:
+    """The product's ``MeasurerFactory``, chosen once per job: a recorded surface when the
+    space names one, else real engines on this worker's devices."""
+    if ctx.space.engine.surface is not None:
+        return ReplayMeasurer(ctx.space, ctx.count_launch)
+    return LaunchMeasurer(
+        ctx.space, prompts, ctx.work_dir, ctx.control, ctx.count_launch, devices=ctx.worker.devices
+    )
 
 
 def _slots_used(study: optuna.Study) -> int:
@@ -205,29 +163,22 @@ def _slots_used(study: optuna.Study) -> int:
 
 
 def _run_trials(
-    store: Store,
-    job_id: int,
-    study: optuna.Study,
-    runner: TrialRunner,
-    recovery: Recovery,
-    control: JobControl,
-    *,
-    owner: bool,
-    poll_s: float,
+    ctx: JobContext, study: optuna.Study, runner: TrialRunner, recovery: Recovery
 ) -> None:
     """Take a slot of the shared budget, run one trial, until the budget is spent. The
     owner then waits for the other workers' trials (failing those of dead workers, whose
     retries it may run), so the job ends once every trial has."""
+    store, job_id, poll_s = ctx.store, ctx.job_id, ctx.worker.poll_s
     running = (optuna.trial.TrialState.RUNNING,)
     while True:
-        if control.cancelled:
+        if ctx.control.cancelled:
             raise JobCancelled("job cancelled")
         if store.take_trial_slot(job_id):
             recovery.sweep(study)
             runner.strategy.propose(study)
-            run_one(study, runner)
+            recovery.run_one(study, runner)
             continue
-        if not owner:
+        if not ctx.owner:
             return
         recovery.sweep(study)
         if store.trial_slots_left(job_id) > 0:
@@ -235,8 +186,21 @@ def _run_trials(
         if not study.get_trials(deepcopy=False, states=running):
             return
         deadline = time.monotonic() + poll_s
-        while time.monotonic() < deadline and not control.cancelled:
+        while time.monotonic() < deadline and not ctx.control.cancelled:
             time.sleep(min(0.2, poll_s))
+
+
+def _end(ctx: JobContext, state: JobState, error: str | None) -> None:
+    """End the job, then tell the integrations (MLflow's parent run ends with it: FINISHED
+    with the winner's exports, or KILLED/FAILED). Only the job's owner ends it: a helper
+    leaving changes nothing."""
+    if not ctx.owner:
+        return
+    ctx.store.end_job(ctx.job_id, state, error)
+    if state == JobState.SUCCEEDED:
+        on_job_end(ctx.store, ctx.job_id)
+    else:
+        on_job_stopped(ctx.store, ctx.job_id, state)
 
 
 def run_job(
@@ -246,95 +210,77 @@ def run_job(
     work_dir: Path | None = None,
     on_trial: Callable[[TrialEvent], None] | None = None,
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
-    launcher: list[str] | None = None,
     control: JobControl | None = None,
     worker: WorkerContext | None = None,
     join: bool = False,
+    measurers: MeasurerFactory | None = None,
 ) -> JobModel:
     """Run a job to the end of its trial budget; returns the job row.
 
-    ``control`` lets another thread cancel the job. ``launcher`` (tests only) replaces the
-    engine's ``python -m …`` prefix. A job found ``running`` (its worker died) resumes:
-    finished trials are kept, the lost one is retried. With ``join`` this worker only helps
-    the job's owner: it runs trials while the shared budget lasts and leaves seeding,
-    confirmation and the job's end to the owner.
+    ``control`` lets another thread cancel the job. ``measurers`` makes the job's measurer
+    (None: ``default_measurer``, the product's; tests inject one that launches the FAKE
+    server). A job found ``running`` (its worker died) resumes: finished trials are kept,
+    the lost one is retried. With ``join`` this worker only helps the job's owner: it runs
+    trials while the shared budget lasts and leaves seeding, confirmation and the job's end
+    to the owner.
     """
     store.ensure_schema()
-    ctx = worker or WorkerContext()
+    worker = worker or WorkerContext()
     job = store.job(job_id) if join else store.start_job(job_id)
-    space, n_trials = space_of_job(job), job.n_trials
-    work_dir = (work_dir or Path(".spectune")).resolve()
-    control = control or JobControl()
+    ctx = JobContext(
+        store,
+        job_id,
+        space_of_job(job),
+        job.n_trials,
+        (work_dir or Path(".spectune")).resolve(),
+        control or JobControl(),
+        worker,
+        JobHooks(on_trial=on_trial, on_start=on_start),
+        owner=not join,
+    )
+    space = ctx.space
     try:
         prompts = load_all_prompts(space)
     except WorkloadError as e:
-        if not join:
-            store.end_job(job_id, "failed", str(e))
-            on_job_stopped(store, job_id, "failed")
+        _end(ctx, JobState.FAILED, str(e))
         raise
     # Another seed per helper: two samplers with one seed and one history propose the same
     # point; the constant liar keeps each away from what the others are running.
-    seed = space.seed if not join else space.seed + 1 + zlib.crc32(str(ctx.worker_id).encode())
+    seed = space.seed if ctx.owner else space.seed + 1 + zlib.crc32(str(worker.worker_id).encode())
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True)
-    recovery = Recovery(store, job_id, ctx.grace_s)
-    storage = store.optuna_storage(
-        heartbeat_s=ctx.heartbeat_s, grace_s=ctx.grace_s, on_stale=recovery.on_stale
-    )
-    recovery.storage = storage
-    study = store.load_study(job_id, sampler=sampler, storage=storage)
-    strategy = SearchStrategy(store, job_id, space, n_trials, prompts)
-    if not join:
+    recovery = Recovery(ctx)
+    study = store.load_study(job_id, sampler=sampler, storage=recovery.storage)
+    strategy = SearchStrategy(ctx, prompts)
+    if ctx.owner:
         recovery.sweep(study)
         if not study.trials:
             for params, skip in strategy.initial_params():
                 note = {GUIDE_ATTR: {"by": "start"}}
                 study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
         store.sync_trial_slots(job_id, _slots_used(study))
-    measurer = _measurer(store, job_id, space, prompts, work_dir, control, launcher, ctx.devices)
-    if space.hosted and measurer.live and not join:
+    measurer = (measurers or default_measurer)(ctx, prompts)
+    if space.hosted and measurer.live and ctx.owner:
         measure_references(store, job_id, space, prompts)
-    log_dir = work_dir / "logs" / log_folder(store.url, job_id)
-    hooks: dict[str, Any] = dict(
-        log_dir=log_dir, n_trials=n_trials, control=control, on_trial=on_trial, on_start=on_start
-    )
-    runner = TrialRunner(
-        store,
-        job_id,
-        space,
-        measurer,
-        strategy,
-        **hooks,
-        worker_id=ctx.worker_id,
-        devices=ctx.devices,
-        stopping=ctx.stopping,
-    )
+    runner = TrialRunner(ctx, measurer, strategy)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         on_job_start(study, space)  # names objectives of older studies too; MLflow ready
-        _run_trials(
-            store, job_id, study, runner, recovery, control, owner=not join, poll_s=ctx.poll_s
-        )
-        if join:
+        _run_trials(ctx, study, runner, recovery)
+        if not ctx.owner:
             return store.job(job_id)
-        _confirm(store, job_id, space, measurer, **hooks)
+        _confirm(ctx, measurer)
     except JobCancelled:
         status = store.job_status(job_id)
-        if ctx.stopping() and not (status and status[1]):
+        if worker.stopping() and not (status and status[1]):
             recovery.requeue(study, runner.interrupted)  # the worker puts the job back
-        elif not join:
-            store.end_job(job_id, "cancelled", "cancelled")
-            on_job_stopped(store, job_id, "cancelled")
+        else:
+            _end(ctx, JobState.CANCELLED, "cancelled")
         return store.job(job_id)
     except KeyboardInterrupt:
-        if not join:
-            store.end_job(job_id, "cancelled", "interrupted by the user")
-            on_job_stopped(store, job_id, "cancelled")
+        _end(ctx, JobState.CANCELLED, "interrupted by the user")
         raise
     except Exception as e:
-        if not join:
-            store.end_job(job_id, "failed", f"{type(e).__name__}: {e}")
-            on_job_stopped(store, job_id, "failed")
+        _end(ctx, JobState.FAILED, f"{type(e).__name__}: {e}")
         raise
-    store.end_job(job_id, "succeeded", None)
-    on_job_end(store, job_id)
+    _end(ctx, JobState.SUCCEEDED, None)
     return store.job(job_id)

@@ -24,12 +24,15 @@ class JobState(StrEnum):
 
 
 class TrialState(StrEnum):
-    """A trial, as ``spectune_trials.state`` stores it: Optuna's names in lower case."""
+    """A trial: Optuna's names in lower case. ``spectune_trials.state`` stores the first four;
+    ``WAITING`` (enqueued in Optuna, not started, so no row yet) appears only in the trial
+    read model and the counts."""
 
     RUNNING = "running"
     COMPLETE = "complete"
     PRUNED = "pruned"
     FAIL = "fail"
+    WAITING = "waiting"
 
 
 # A job in one of these never runs again; a worker stops helping, a client stops waiting.

@@ -35,15 +35,16 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from tuner.context import MeasurerFactory, WorkerContext
 from tuner.engines import reap_stale
-from tuner.job import JobControl, WorkerContext, run_job
+from tuner.job import run_job
+from tuner.measure import JobControl
+from tuner.states import JOB_ENDED
 from tuner.storage import Store
 
 __all__ = ["Worker", "WorkerSettings", "worker_from_settings"]
 
 log = logging.getLogger("spectune.worker")
-
-_ENDED = ("succeeded", "failed", "cancelled")
 
 
 def default_worker_id() -> str:
@@ -76,7 +77,7 @@ class _Heartbeat(threading.Thread):
         status = self.store.job_status(self.job_id)
         if status is None:
             return None
-        return status[1] or status[0] in _ENDED
+        return status[1] or status[0] in JOB_ENDED
 
     def run(self) -> None:
         while not self.done.wait(self.every_s):
@@ -95,10 +96,11 @@ class Worker:
     """Claims and runs jobs, and helps with running ones, until stopped.
 
     ``devices`` (e.g. ``"0,1"``): the accelerators this worker's engines may use, given to
-    each engine it launches and recorded on each trial it runs. ``launcher`` is for tests
-    only: it swaps the engine command for the FAKE OpenAI server
-    (tests/fake_openai_server.py). It is a constructor argument, never a setting or an
-    environment variable, so the product cannot report fake numbers by accident.
+    each engine it launches and recorded on each trial it runs. ``measurers`` makes each
+    job's measurer (None: the product's, ``tuner.job.default_measurer``); tests pass one
+    that launches the FAKE OpenAI server (``tests.helpers.fake_measurers``). It is a
+    constructor argument, never a setting or an environment variable, so the product cannot
+    report fake numbers by accident.
     """
 
     def __init__(
@@ -112,14 +114,14 @@ class Worker:
         stale_after_s: float = 60.0,
         devices: str | None = None,
         join: bool = True,
-        launcher: list[str] | None = None,
+        measurers: MeasurerFactory | None = None,
     ) -> None:
         if stale_after_s <= 2 * heartbeat_s:
             raise ValueError("stale_after_s must exceed two heartbeats")
         self.store, self.work_dir = store, work_dir
         self.worker_id = worker_id or default_worker_id()
         self.poll_s, self.heartbeat_s, self.stale_after_s = poll_s, heartbeat_s, stale_after_s
-        self.devices, self.join, self.launcher = devices, join, launcher
+        self.devices, self.join, self.measurers = devices, join, measurers
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._control: JobControl | None = None
@@ -174,7 +176,7 @@ class Worker:
                 self.store,
                 job_id,
                 work_dir=self.work_dir,
-                launcher=self.launcher,
+                measurers=self.measurers,
                 control=control,
                 worker=ctx,
                 join=join,
@@ -280,7 +282,7 @@ def worker_from_settings(
     settings: WorkerSettings,
     *,
     devices: str | None = None,
-    launcher: list[str] | None = None,
+    measurers: MeasurerFactory | None = None,
 ) -> Worker:
     """The worker ``spectune worker`` runs and ``spectune serve`` embeds, from the service
     settings. ``store`` keeps its own (long) reconnect retry: a job rides out a restart."""
@@ -291,5 +293,5 @@ def worker_from_settings(
         heartbeat_s=settings.worker_heartbeat_s,
         stale_after_s=settings.worker_stale_after_s,
         devices=devices,
-        launcher=launcher,
+        measurers=measurers,
     )

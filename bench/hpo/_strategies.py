@@ -12,6 +12,7 @@ SpecTune's study reuses an earlier measurement of the same configuration without
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import tempfile
 from collections.abc import Callable, Iterator
@@ -62,10 +63,11 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
             return original(self, config, levels)  # raises the recorded failure
         drawn, v, ok, wall = truth.observe(pt, seed, nth)
         log.append(Observation(config, v, ok, True, wall))
-        out, extra = original(self, config, levels)
-        return [
-            _one_repeat(m, drawn.get(lvl, {})) for m, lvl in zip(out, levels, strict=True)
-        ], extra
+        got = original(self, config, levels)
+        points = [
+            _one_repeat(m, drawn.get(lvl, {})) for m, lvl in zip(got.points, levels, strict=True)
+        ]
+        return dataclasses.replace(got, points=points)
 
     _replay.ReplayEngine.measure = measure  # type: ignore[method-assign]
     try:

@@ -1,14 +1,13 @@
 """The REST API through FastAPI's test client.
 
 Jobs with trials come from the FAKE OpenAI server (tests/fake_openai_server.py) run by a
-worker built with a test-only ``launcher``; the real-engine path is
+worker built with test-only ``measurers``; the real-engine path is
 tests/engines/test_engine_vllm.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import optuna
@@ -17,12 +16,20 @@ import yaml
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tests.helpers import FAKE_SERVER
+from tests.helpers import (
+    FAKE_LAUNCHER,
+    FAKE_PRESET,
+    FAKE_PRESET_CONFIRM,
+    fake_measurers,
+    make_preset_dir,
+    make_settings,
+)
 from tuner.api import ServiceSettings, create_app, hash_token
 from tuner.client import ApiError, SpecTuneClient
 from tuner.engines import EXPORT_FORMATS
 from tuner.storage import Store
 from tuner.worker import Worker
+
 
 def job_count(url: str) -> int:
     return Store(url).list_jobs(limit=1)[1]
@@ -46,7 +53,9 @@ def done(tmp_path_factory):
     s = make_settings(root)
     with TestClient(create_app(s, run_worker=False)) as c:
         job = c.post("/api/jobs", json={"preset": "fake-small"}).json()
-        worker = Worker(Store(s.database_url), work_dir=s.work_dir, launcher=FAKE_LAUNCHER)
+        worker = Worker(
+            Store(s.database_url), work_dir=s.work_dir, measurers=fake_measurers(FAKE_LAUNCHER)
+        )
         assert worker.run_once() == job["id"]
         assert c.get(f"/api/jobs/{job['id']}").json()["state"] == "succeeded"
         yield c, job["id"], s
@@ -60,7 +69,9 @@ def confirmed(tmp_path_factory):
     s = make_settings(root)
     with TestClient(create_app(s, run_worker=False)) as c:
         job = c.post("/api/jobs", json={"preset": "fake-small"}).json()
-        worker = Worker(Store(s.database_url), work_dir=s.work_dir, launcher=FAKE_LAUNCHER)
+        worker = Worker(
+            Store(s.database_url), work_dir=s.work_dir, measurers=fake_measurers(FAKE_LAUNCHER)
+        )
         assert worker.run_once() == job["id"]
         assert c.get(f"/api/jobs/{job['id']}").json()["state"] == "succeeded"
         yield c, job["id"], s

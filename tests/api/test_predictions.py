@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from tests.helpers import make_settings
 from tests.search.chain_surface import write_chain_surface
 from tuner.api import create_app
+from tuner.context import JobContext
 from tuner.job import create_job, run_job
 from tuner.search import SearchStrategy
 from tuner.space import parse_space
@@ -54,17 +55,20 @@ def test_predictions_are_the_strategys_and_say_they_are_predicted(guided):
     body = r.json()
     assert body["job_id"] == jid and body["kind"] == "predicted"
     assert body["note"] == "predictions of the depth model, never measurements"
-    want = SearchStrategy(store, jid, store.space(jid), store.job(jid).n_trials).predictions()
+    want = SearchStrategy(JobContext.reading(store, jid)).predictions()
+    space = store.space(jid)
     assert body["points"] and len(body["points"]) == len(want)
     for got, w in zip(body["points"], want, strict=True):
-        assert got["params"] == w["params"] and got["level"] == w["level"]
-        assert got["metrics"] == pytest.approx(w["metrics"])
-        assert got["output_tok_per_s"] == pytest.approx(w["metrics"]["output_tok_per_s"])
-        assert got["p99_tpot_ms"] == pytest.approx(w["metrics"]["p99_tpot_ms"])
-        assert got["rel_sigma"] == pytest.approx(w["rel_sigma"])
-        assert got["basis"] == w["basis"] and got["notes"] == w["notes"]
-        assert f"{got['workload']}@{got['concurrency']}" == got["level"]
-        assert got["method"] == w["params"]["method"]
+        assert got["params"] == w.params
+        assert (got["workload"], got["concurrency"]) == (w.workload, w.concurrency)
+        assert (w.workload, w.concurrency) == (space.primary_workload, space.primary_concurrency)
+        assert got["metrics"] == pytest.approx(w.metrics)
+        assert got["output_tok_per_s"] == pytest.approx(w.metrics["output_tok_per_s"])
+        assert got["p99_tpot_ms"] == pytest.approx(w.metrics["p99_tpot_ms"])
+        assert got["rel_sigma"] == pytest.approx(w.rel_sigma)
+        assert got["basis"] == list(w.basis) and got["notes"] == list(w.notes)
+        assert got["level"] == f"{w.workload}@{w.concurrency}"  # kept for earlier clients
+        assert got["method"] == w.params["method"]
     # one point per class: the batch sizes (and memory shares) a class launches as one are
     # one prediction, never a pile of markers on one spot
     keys = [repr(sorted(p["params"].items())) for p in body["points"]]
@@ -91,6 +95,15 @@ def test_trials_show_how_the_search_proposed_them_and_the_prediction_error(guide
     assert t["prediction_error_pct"] == pytest.approx(
         100 * (measured - pred["value"]) / pred["value"]
     )
+    # the point it was made for, typed; ``level`` still served, derived from them
+    space = store.space(jid)
+    assert (pred["workload"], pred["concurrency"]) == (
+        space.primary_workload,
+        space.primary_concurrency,
+    )
+    assert pred["level"] == f"{pred['workload']}@{pred['concurrency']}"
+    stored = store.trial(jid, t["number"]).search["predicted"]
+    assert "level" not in stored and stored["workload"] == pred["workload"]
     detail = client.get(f"/api/jobs/{jid}/trials/{t['number']}").json()
     assert detail["search"] == t["search"]
     assert detail["prediction_error_pct"] == t["prediction_error_pct"]

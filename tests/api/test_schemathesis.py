@@ -24,7 +24,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import Case, GenerationMode, checks
 from schemathesis.schemas import APIOperation
 
-from tests.helpers import FAKE_LAUNCHER, make_settings
+from tests.helpers import FAKE_LAUNCHER, fake_measurers, make_settings
 from tuner.api import create_app
 from tuner.storage import Store, create_token
 from tuner.worker import Worker
@@ -51,7 +51,9 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         auth = {"Authorization": f"Bearer {token}"}
         job = c.post("/api/jobs", json={"preset": "fake-small", "trials": 2}, headers=auth)
         assert job.status_code == 201, job.text
-        worker = Worker(Store(s.database_url), work_dir=s.work_dir, launcher=FAKE_LAUNCHER)
+        worker = Worker(
+            Store(s.database_url), work_dir=s.work_dir, measurers=fake_measurers(FAKE_LAUNCHER)
+        )
         assert worker.run_once() == job.json()["id"]
         yield app, token
 

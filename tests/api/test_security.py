@@ -14,8 +14,8 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from tests.helpers import FAKE_PRESET, make_settings
 from tests.engines.test_engine_process import _server
+from tests.helpers import FAKE_PRESET, make_settings
 from tuner.api import ServiceSettings, create_app, hash_token
 from tuner.api._limits import TokenBucket
 from tuner.api._scrub import REDACTED, scrub

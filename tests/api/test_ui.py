@@ -21,8 +21,15 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.helpers import FAKE_LAUNCHER, FAKE_PRESET_CONFIRM, make_preset_dir, make_settings
-from tests.helpers import FAKE_SERVER, REPO
+from tests.helpers import (
+    FAKE_LAUNCHER,
+    FAKE_PRESET_CONFIRM,
+    FAKE_SERVER,
+    REPO,
+    fake_measurers,
+    make_preset_dir,
+    make_settings,
+)
 from tests.helpers import every_method_space as _space
 from tuner.api import create_app
 from tuner.job import create_job, run_job
@@ -51,7 +58,7 @@ def serve(tmp_path: Path, preset: str = FAKE_PRESET_CONFIRM, launcher: list[str]
     """The real app under uvicorn on a free port, its worker launching ``launcher``."""
     make_preset_dir(tmp_path, preset)
     settings = make_settings(tmp_path, port=_free_port())
-    app = create_app(settings, launcher=launcher)
+    app = create_app(settings, measurers=fake_measurers(launcher))
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning")
     )
@@ -112,7 +119,10 @@ def run_fake_job(tmp_path: Path, space) -> int:
     def job() -> None:
         try:
             run_job(
-                store, job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SERVER)]
+                store,
+                job_id,
+                work_dir=tmp_path / "w",
+                measurers=fake_measurers([sys.executable, str(FAKE_SERVER)]),
             )
         except BaseException as e:  # reported below
             errors.append(e)

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAKE_PRESET
 from tests.api.test_ui import browser_page, live, page  # noqa: F401  (fixtures)
-from tests.helpers import REPO
+from tests.helpers import FAKE_PRESET, REPO
 
 pytestmark = pytest.mark.browser
 
@@ -230,8 +229,8 @@ def test_pareto_axes_follow_the_objectives(page):  # noqa: F811
 
 
 def test_running_trial_log_is_live_and_scrubbed(tmp_path):
-    from tests.helpers import FAKE_LAUNCHER
     from tests.api.test_ui import serve
+    from tests.helpers import FAKE_LAUNCHER
 
     slow = FAKE_PRESET.replace("num_prompts: 4, max_tokens: 12", "num_prompts: 12, max_tokens: 32")
     secret = "sk-live0123456789abcdefghij"

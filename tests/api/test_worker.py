@@ -12,7 +12,13 @@ from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-from tests.helpers import FAKE_LAUNCHER, FAKE_PRESET, make_preset_dir, make_settings
+from tests.helpers import (
+    FAKE_LAUNCHER,
+    FAKE_PRESET,
+    fake_measurers,
+    make_preset_dir,
+    make_settings,
+)
 from tuner.api import create_app
 from tuner.job import create_job
 from tuner.space import loads_space
@@ -103,7 +109,11 @@ def test_a_dead_workers_job_is_resumed_after_its_heartbeat_stops(svc):
     with session_scope(url) as sess:
         sess.get(JobModel, job_id).heartbeat_at = utcnow() - timedelta(seconds=120)
     w = Worker(
-        store, work_dir=s.work_dir, launcher=FAKE_LAUNCHER, heartbeat_s=0.5, stale_after_s=2
+        store,
+        work_dir=s.work_dir,
+        measurers=fake_measurers(FAKE_LAUNCHER),
+        heartbeat_s=0.5,
+        stale_after_s=2,
     )
     assert w.run_once() == job_id
     job = c.get(f"/api/jobs/{job_id}").json()
@@ -144,7 +154,7 @@ def test_cancel_through_the_api_stops_the_running_engine(slow):
     w = Worker(
         Store(s.database_url),
         work_dir=s.work_dir,
-        launcher=FAKE_LAUNCHER,
+        measurers=fake_measurers(FAKE_LAUNCHER),
         heartbeat_s=0.3,
         stale_after_s=5,
         poll_s=0.1,
@@ -172,7 +182,7 @@ def test_stopping_a_worker_puts_its_job_back_in_the_queue(slow):
     w = Worker(
         Store(s.database_url),
         work_dir=s.work_dir,
-        launcher=FAKE_LAUNCHER,
+        measurers=fake_measurers(FAKE_LAUNCHER),
         heartbeat_s=0.3,
         stale_after_s=5,
         poll_s=0.1,

@@ -33,6 +33,7 @@ from sqlalchemy import MetaData, Table, create_engine, insert, select, text
 from sqlalchemy.pool import NullPool
 
 from tests.fake_space import _space, make_space_dir
+from tests.helpers import fake_measurers
 from tuner.job import create_job, run_job
 from tuner.storage import (
     Base,
@@ -77,7 +78,7 @@ def _run_interrupted_job(url: str, space_dir: Path, work_dir: Path) -> int:
     store = Store(url)
     job_id = create_job(store, _space(space_dir, trials=TRIALS, confirm=0))
     store.set_trial_budget(job_id, DONE)
-    run_job(store, job_id, work_dir=work_dir, launcher=FAKE_LAUNCHER)
+    run_job(store, job_id, work_dir=work_dir, measurers=fake_measurers(FAKE_LAUNCHER))
     orphan = store.load_study(job_id).ask()  # the trial the process was killed in
     died = utcnow() - timedelta(hours=1)  # long enough ago for any resume to call it dead
     with get_engine(url).begin() as conn:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from tests.helpers import REPO
 from tests.fake_space import _space, make_space_dir
+from tests.helpers import REPO
 from tuner.job import create_job
 from tuner.storage import Store
 

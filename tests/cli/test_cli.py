@@ -10,12 +10,15 @@ import csv
 import io
 import json
 import re
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from tests.fake_space import make_space_dir
+from tests.helpers import fake_measurers
 from tuner import cli
 from tuner.cli import _commands
 from tuner.cli._common import shown
@@ -205,7 +208,7 @@ def test_plan_time_estimate_and_export_json_from_a_fake_job(tmp_path, capsys, fa
     db = f"sqlite:///{tmp_path / 'f.db'}"
     text = FAKE.replace("good_draft, bad_vocab", "good_draft")
     job_id = create_job(Store(db), loads_space(text, base_dir=d))
-    run_job(Store(db), job_id, work_dir=tmp_path / "w", launcher=fake_launcher)
+    run_job(Store(db), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher))
     (d / "fake.yaml").write_text(text)
     est = json.loads(_out(capsys, ["plan", str(d / "fake.yaml"), "--json", "--db", db]))
     est = est["estimate"]
@@ -232,3 +235,14 @@ def test_serve_says_loudly_when_the_web_ui_is_missing(tmp_path, capsys, monkeypa
 def test_printed_database_urls_hide_the_password():
     assert "s3cret" not in shown("postgresql://spectune:s3cret@db:5432/spectune")
     assert shown("sqlite:///a.db") == "sqlite:///a.db"
+
+
+def test_the_cli_starts_without_the_web_framework():
+    # Only serve and worker need the API: every other command starts without FastAPI.
+    code = (
+        "import sys, tuner.cli\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette', 'uvicorn')"
+        " or m.startswith('tuner.api')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -3,7 +3,7 @@ of what survived (trials lost, trials measured twice).
 
 The engine is the FAKE OpenAI server (tests/fake_openai_server.py) slowed down so a fault
 lands mid-trial; the worker is a real process started from ``worker_entry.py``, which builds
-``Worker(launcher=…)`` as a test may and the product cannot.
+``Worker(measurers=fake_measurers(…))`` as a test may and the product cannot.
 """
 
 from __future__ import annotations

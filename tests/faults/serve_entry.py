@@ -1,6 +1,6 @@
 """TESTS ONLY: ``spectune serve`` (API + embedded worker) with the FAKE engine, for the fault
-tests: the same ``create_app`` under uvicorn as ``spectune serve``, with ``launcher`` (a test
-argument of ``create_app``, never a setting) pointing at tests/fake_openai_server.py."""
+tests: the same ``create_app`` under uvicorn as ``spectune serve``, with ``measurers`` (a test
+argument of ``create_app``, never a setting) launching tests/fake_openai_server.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import uvicorn
 
+from tests.helpers import fake_measurers
 from tuner.api import ServiceSettings, create_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def main() -> int:
         worker_stale_after_s=3.0,
     )
     launcher = [sys.executable, str(FAKE_SERVER), "--fake-token-ms", str(args.token_ms)]
-    app = create_app(settings, run_worker=True, launcher=launcher)
+    app = create_app(settings, run_worker=True, measurers=fake_measurers(launcher))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="info")
     return 0
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.faultkit import HERE, engine_groups, submit, survivors
+from tests.helpers import fake_measurers
 from tuner.job import WorkerContext, run_job
 from tuner.storage import Store
 
@@ -24,7 +25,7 @@ def _run(url: str, tmp_path: Path, hang: str, **kw: float) -> int:
         Store(url),
         job_id,
         work_dir=tmp_path / "work",
-        launcher=launcher,
+        measurers=fake_measurers(launcher),
         worker=WorkerContext(worker_id="test", heartbeat_s=1, grace_s=30, poll_s=0.2),
     )
     assert engine_groups(tmp_path / "work") == []  # every hung engine was killed

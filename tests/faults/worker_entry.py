@@ -1,9 +1,10 @@
 """TESTS ONLY: ``spectune worker`` with the FAKE engine, for the fault tests.
 
-The product's ``spectune worker`` has no way to take a launcher (it is a constructor
-argument of ``Worker``, never a setting), so a fault test that needs a real worker process
-runs this script: the same ``Worker.run_until_signal`` as ``spectune worker``, with the FAKE
-OpenAI server (tests/fake_openai_server.py, slowed by ``--token-ms``) as its engine.
+The product's ``spectune worker`` has no way to take a test measurer (``measurers`` is a
+constructor argument of ``Worker``, never a setting), so a fault test that needs a real
+worker process runs this script: the same ``Worker.run_until_signal`` as ``spectune
+worker``, with the FAKE OpenAI server (tests/fake_openai_server.py, slowed by
+``--token-ms``) as its engine.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
+from tests.helpers import fake_measurers
 from tuner.storage import Store
 from tuner.worker import Worker
 
@@ -41,7 +43,7 @@ def main() -> int:
         heartbeat_s=args.heartbeat_s,
         stale_after_s=args.stale_after_s,
         devices=args.devices,
-        launcher=launcher,
+        measurers=fake_measurers(launcher),
     )
     print(f"worker {w.worker_id} started", flush=True)
     return 130 if w.run_until_signal() else 0

@@ -15,6 +15,7 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 from tests.fake_space import _space, make_space_dir
+from tests.helpers import fake_measurers
 from tuner.integrations import ENV_EXPERIMENT, ENV_TRACKING_URI
 from tuner.job import create_job, run_job
 from tuner.storage import Store
@@ -61,5 +62,5 @@ def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FinishedJ
         mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps file stores opt-in
         job_id = create_job(Store(db_url), _space(d, trials=8, confirm=1, search="sampler"))
         launcher = [sys.executable, str(FAKE_SERVER)]
-        run_job(Store(db_url), job_id, work_dir=d / "work", launcher=launcher)
+        run_job(Store(db_url), job_id, work_dir=d / "work", measurers=fake_measurers(launcher))
         yield FinishedJob(db_url, job_id, uri, "spectune-test")

@@ -10,6 +10,7 @@ import mlflow
 import pytest
 
 from tests.fake_space import SPACE, _space
+from tests.helpers import fake_measurers
 from tests.integrations.conftest import FAKE_SERVER, FinishedJob
 from tuner.export import export_job, winner_exports
 from tuner.integrations import ENV_EXPERIMENT, ENV_TRACKING_URI, MlflowUnavailable
@@ -76,7 +77,12 @@ def test_asked_for_mlflow_without_it_the_job_fails_naming_the_setting(
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if the extra were not installed
     job_id = create_job(Store(db_url), _space(space_dir, trials=1, confirm=0))
     with pytest.raises(MlflowUnavailable, match=ENV_TRACKING_URI):
-        run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+        run_job(
+            Store(db_url),
+            job_id,
+            work_dir=space_dir / "w",
+            measurers=fake_measurers(fake_launcher),
+        )
     job = Store(db_url).job(job_id)
     assert job.state == "failed" and "spectune[mlflow]" in (job.error or "")
     assert Store(db_url).trial_records(job_id)[0].state == "waiting"  # nothing launched
@@ -102,7 +108,7 @@ def test_a_failed_trial_gets_a_failed_run_when_the_job_ends(space_dir, db_url, m
     text += "start_with: [{method: draft_model, num_speculative_tokens: 2, draft: bad_vocab}]\n"
     job_id = create_job(Store(db_url), loads_space(text, base_dir=space_dir))
     launcher = [sys.executable, str(FAKE_SERVER)]
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=launcher)
+    run_job(Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(launcher))
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("failed-runs")
     runs = {r.data.tags["spectune.trial"]: r for r in client.search_runs([exp.experiment_id])}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import optuna
 
-from tests.helpers import TINY
 from tests.fake_space import SPACE, _space
+from tests.helpers import TINY, fake_measurers
 from tuner import cli
 from tuner.job import WorkerContext, create_job, run_job
 from tuner.pareto import job_report
@@ -24,7 +24,9 @@ def test_front_is_optunas_feasible_front(space_dir, db_url, fake_launcher):
     """Before confirmation re-measures anything, our front (re-evaluable for any SLO) is the
     one Optuna's best_trials gives, less repeats of an already measured configuration."""
     job_id = create_job(Store(db_url), _space(space_dir, trials=6, confirm=0))
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(fake_launcher)
+    )
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     with Store(db_url).session() as s:
         reused = {
@@ -45,7 +47,7 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
         job_id,
         work_dir=space_dir / "work",
         on_trial=events.append,
-        launcher=fake_launcher,
+        measurers=fake_measurers(fake_launcher),
     )
     trial_events = [e for e in events if e.state != "confirmed"]
     confirmed = [e for e in events if e.state == "confirmed"]
@@ -112,7 +114,9 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
 def test_preflight_refuses_mismatched_vocab_without_launch(space_dir, db_url, fake_launcher):
     space = _space(space_dir, drafts="bad_vocab", trials=6)
     job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=space_dir / "work", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=space_dir / "work", measurers=fake_measurers(fake_launcher)
+    )
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id, method="draft_model").all()
         assert rows, "seed 3 should sample draft_model at least once in 6 trials"
@@ -134,7 +138,10 @@ def test_failed_start_is_a_failed_trial_and_study_goes_on(space_dir, db_url, tmp
     import sys
 
     run_job(
-        Store(db_url), job_id, work_dir=space_dir / "work", launcher=[sys.executable, str(crash)]
+        Store(db_url),
+        job_id,
+        work_dir=space_dir / "work",
+        measurers=fake_measurers([sys.executable, str(crash)]),
     )
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).all()
@@ -150,7 +157,9 @@ def test_tight_slo_makes_points_infeasible_and_re_evaluation_relaxes_it(
 ):
     space = _space(space_dir, slo=0.0001, trials=3)
     job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=space_dir / "work", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=space_dir / "work", measurers=fake_measurers(fake_launcher)
+    )
     rep = job_report(Store(db_url), job_id)
     assert rep.points and not rep.front and rep.winner is None
     assert all("p99_tpot_ms" in p.violations[0] for p in rep.points)
@@ -183,7 +192,7 @@ def test_cancel_between_trials_keeps_finished_trials(space_dir, db_url, fake_lau
         job_id,
         work_dir=space_dir / "w",
         on_trial=after,
-        launcher=fake_launcher,
+        measurers=fake_measurers(fake_launcher),
         control=control,
     )
     with Store(db_url).session() as s:
@@ -207,7 +216,13 @@ def test_cancel_stops_the_running_engine(space_dir, db_url, fake_launcher):
     launcher = [*fake_launcher]
     t0 = time.monotonic()
     threading.Timer(4.0, control.cancel).start()
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=launcher, control=control)
+    run_job(
+        Store(db_url),
+        job_id,
+        work_dir=space_dir / "w",
+        measurers=fake_measurers(launcher),
+        control=control,
+    )
     assert time.monotonic() - t0 < 30
     with Store(db_url).session() as s:
         assert s.get(JobModel, job_id).state == "cancelled"
@@ -233,7 +248,13 @@ def test_job_left_running_by_a_dead_worker_resumes(space_dir, db_url, fake_launc
             )
         )
     fast = WorkerContext(heartbeat_s=1, grace_s=2, poll_s=0.2)  # the orphan is lost after 2 s
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=fake_launcher, worker=fast)
+    run_job(
+        Store(db_url),
+        job_id,
+        work_dir=space_dir / "w",
+        measurers=fake_measurers(fake_launcher),
+        worker=fast,
+    )
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     states = [t.state.name for t in study.trials]
     # the lost trial is failed and run once more: the budget still buys 3 measured trials
@@ -255,7 +276,7 @@ def test_lossless_guard_flags_configs_whose_greedy_output_drifts(space_dir, db_u
     # --fake-lossy on the launcher, not in engine.extra_args: a space may pass only the
     # engine's allow-listed flags (tests/engines/test_engine_args.py).
     lossy = [*fake_launcher, "--fake-lossy"]
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", launcher=lossy)
+    run_job(Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(lossy))
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
         base, spec = rows[0], [r for r in rows if r.method != "none" and r.state == "complete"]
@@ -282,7 +303,9 @@ concurrency: [1]
 trials: 2
 """
     job_id = create_job(Store(db_url), loads_space(text, base_dir=tmp_path))
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
+    )
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).all()
         assert len(rows) == 2

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, TINY, every_method_space as _space, trial_records
+from tests.helpers import REPO, TINY, fake_measurers, trial_records
+from tests.helpers import every_method_space as _space
 from tuner import cli
 from tuner.candidates import engine_config
 from tuner.cli._render import other_target_text
@@ -70,7 +71,9 @@ def test_job_runs_every_method_and_reports_mtp_against_its_own_baseline(
 ):
     space = _space(trials=5)
     job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
+    )
     recs = {r["number"]: r for r in trial_records(db_url, job_id)}
     assert [recs[n]["method"] for n in range(5)] == ["none", "none", "eagle", "eagle3", "mtp"]
     assert recs[1]["params"]["target"] == f"{TINY}/target-mtp"
@@ -135,7 +138,10 @@ def test_sglang_backend_launches_with_a_consistent_triple_and_reads_its_gauges(d
     space = loads_space(json.dumps(data), base_dir=REPO)
     job_id = create_job(Store(db_url), space)
     run_job(
-        Store(db_url), job_id, work_dir=tmp_path / "w", launcher=[sys.executable, str(FAKE_SGLANG)]
+        Store(db_url),
+        job_id,
+        work_dir=tmp_path / "w",
+        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
     )
     recs = {r["number"]: r for r in trial_records(db_url, job_id)}
     assert [recs[n]["state"] for n in range(3)] == ["complete"] * 3
@@ -216,7 +222,9 @@ def test_hosted_endpoints_are_measured_as_reference_rows_and_the_key_is_not_stor
     ]
     space = loads_space(json.dumps(data), base_dir=REPO)
     job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
+    )
     rep = job_report(Store(db_url), job_id)
     refs = {r.name: r for r in rep.references}
     ok = refs["provider"]

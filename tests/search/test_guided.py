@@ -259,6 +259,7 @@ def test_any_launch_of_a_launched_proposer_is_priced_before_it_runs(tmp_path, db
     """Whoever proposes it (the guide, the sampler, a neighbour move), a depth of a proposer
     already launched gets the depth model's prediction stored with it; a proposer never
     launched gets none."""
+    from tuner.context import JobContext
     from tuner.search import SearchStrategy
     from tuner.space import parse_space
 
@@ -271,7 +272,7 @@ def test_any_launch_of_a_launched_proposer_is_priced_before_it_runs(tmp_path, db
     store = Store(db_url)
     jid = create_job(store, job_space)
     run_job(store, jid, work_dir=tmp_path / "work")
-    strategy = SearchStrategy(store, jid, job_space, 2)
+    strategy = SearchStrategy(JobContext.reading(store, jid))
     head = {"method": "eagle", "head": "head", "max_num_seqs": 4, "memory_fraction": 0.4}
     pred = strategy.prediction_for({**head, "num_speculative_tokens": 3})
     assert pred is not None and pred["objective"] == "output_tok_per_s" and pred["basis"] == [0, 1]

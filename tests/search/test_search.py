@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.helpers import trial_records
 from tests.fake_space import _space
+from tests.helpers import fake_measurers, trial_records
 from tests.surface.fake_surface import SPACE, tok_per_s, write_fake_surface
 from tuner.job import create_job, run_job
 from tuner.search import dominated_by
@@ -152,11 +152,14 @@ def test_warm_start_enqueues_the_best_of_earlier_jobs_on_the_same_target(
     fake_launcher,
 ):
     from tuner.candidates import config_to_params
+    from tuner.context import JobContext
+    from tuner.measure import JobControl
     from tuner.pareto import job_report
     from tuner.search import SearchStrategy
 
     def warm_start_params(url, job_id, space):
-        return SearchStrategy(Store(url), job_id, space, space.trials).warm_start_params()
+        ctx = JobContext(Store(url), job_id, space, space.trials, space_dir, JobControl())
+        return SearchStrategy(ctx).warm_start_params()
 
     # Noise flags and pruning off: on a loaded machine the fake's timings can be flagged noisy
     # (infeasible), leaving a front of the baseline alone and nothing to hint.
@@ -164,7 +167,9 @@ def test_warm_start_enqueues_the_best_of_earlier_jobs_on_the_same_target(
     first_data = _space(space_dir, trials=4, confirm=0).model_dump(mode="json")
     first_data["measurement"] = steady
     first = create_job(Store(db_url), loads_space(json.dumps(first_data), base_dir=space_dir))
-    run_job(Store(db_url), first, work_dir=space_dir / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), first, work_dir=space_dir / "w", measurers=fake_measurers(fake_launcher)
+    )
     best = job_report(Store(db_url), first).front
     assert any(p.method != "none" for p in best)  # speculation commits more per fake step
     data = _space(space_dir, trials=2, confirm=0).model_dump(mode="json")
@@ -174,7 +179,9 @@ def test_warm_start_enqueues_the_best_of_earlier_jobs_on_the_same_target(
     second = create_job(Store(db_url), space)
     hint = warm_start_params(db_url, second, space)
     assert len(hint) == 1 and hint[0]["method"] != "none"
-    run_job(Store(db_url), second, work_dir=space_dir / "w2", launcher=fake_launcher)
+    run_job(
+        Store(db_url), second, work_dir=space_dir / "w2", measurers=fake_measurers(fake_launcher)
+    )
     recs = trial_records(db_url, second)
     assert recs[0]["method"] == "none"  # the baseline still comes first
     assert config_to_params(recs[1]["params"], space) == hint[0]

@@ -25,6 +25,7 @@ from tests.assets.make_old_databases import (
     build_old_database,
     space_dir,
 )
+from tests.helpers import fake_measurers
 from tuner import cli
 from tuner.job import run_job
 from tuner.pareto import job_report
@@ -87,7 +88,9 @@ def _upgrade_and_resume(url: str, revision: str, tmp_path: Path, launcher: list[
 
     # The job resumes where the killed process left it, with the same models.
     space_dir()
-    job = run_job(Store(url), job_id, work_dir=tmp_path / "work", launcher=launcher)
+    job = run_job(
+        Store(url), job_id, work_dir=tmp_path / "work", measurers=fake_measurers(launcher)
+    )
     assert job.state == "succeeded"
     after = _snapshot(url, cols)
     finished = [k for k, r in before["spectune_trials"].items() if r["state"] == "complete"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import trial_records
+from tests.helpers import fake_measurers, trial_records
 from tuner import cli
 from tuner.export import ExportError, export_job
 from tuner.job import create_job, run_job
@@ -85,7 +85,9 @@ def _record(space_dir, db_url, fake_launcher, tmp_path):
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     for p in grid:
         study.enqueue_trial(p)
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", launcher=fake_launcher)
+    run_job(
+        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
+    )
     out = tmp_path / "surface.jsonl"
     n = write_surface(Store(db_url), job_id, out, engine_version="fake")
     return space, grid, job_id, out, n

@@ -26,6 +26,7 @@ from tuner.api.routes import (
     trials,
 )
 from tuner.api.settings import ServiceSettings
+from tuner.context import MeasurerFactory
 from tuner.storage import Store
 from tuner.worker import worker_from_settings
 
@@ -36,12 +37,13 @@ def create_app(
     settings: ServiceSettings | None = None,
     *,
     run_worker: bool | None = None,
-    launcher: list[str] | None = None,
+    measurers: MeasurerFactory | None = None,
 ) -> FastAPI:
     """The service. ``run_worker`` defaults to ``settings.embedded_worker``.
 
-    ``launcher`` is for tests only (it replaces vLLM by tests/fake_openai_server.py in the
-    embedded worker); no setting or environment variable reaches it.
+    ``measurers`` is for tests only (``tests.helpers.fake_measurers``: the embedded worker
+    launches tests/fake_openai_server.py instead of vLLM); no setting or environment variable
+    reaches it.
     """
     settings = settings or ServiceSettings()
     embedded = settings.embedded_worker if run_worker is None else run_worker
@@ -52,7 +54,7 @@ def create_app(
         await run_in_threadpool(store.ensure_schema)
         worker = None
         if embedded:
-            worker = worker_from_settings(store, settings, launcher=launcher)
+            worker = worker_from_settings(store, settings, measurers=measurers)
             worker.start()
         app.state.worker = worker
         try:

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tuner.api.services.pareto import ReportQuery
 from tuner.api.settings import ServiceSettings, token_matches
+from tuner.report import ReportQuery
 from tuner.storage import Store, token_state
 
 __all__ = [

@@ -2,12 +2,13 @@
 
 One shape for every 4xx/5xx (``type``, ``title``, ``status``, ``detail``, ``instance``, and
 ``errors`` with one ``{loc, msg, type}`` per field on a 422), so a client needs one parser.
+The one place the domain errors (``tuner.errors``) become HTTP: ``NotFound`` 404 (a missing
+job or trial), ``Conflict`` 409, ``InvalidInput`` 422 like FastAPI's own request validation.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -16,16 +17,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tuner.space import SpaceError
-from tuner.storage import JobNotFound, SchemaOutOfDate, StorageError, TrialNotFound
+from tuner.errors import Conflict, InvalidInput, NotFound
+from tuner.storage import SchemaOutOfDate, StorageError
 
 __all__ = [
     "PROBLEM_JSON",
     "VALIDATION_TYPE",
-    "field_error",
     "install_problem_handlers",
     "problem",
-    "space_error",
     "validation_error_response",
 ]
 
@@ -62,41 +61,39 @@ def problem(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
-def field_error(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> Exception:
-    """A 422 naming one field (answered with ``errors: [{"loc", "msg", "type"}]``)."""
-    return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": kind}])
-
-
-def space_error(err: SpaceError, prefix: Sequence[str | int]) -> Exception:
-    """A SpaceError's (field path, reason) pairs as one 422 entry per field; the path keeps
-    each key as written (``"¹"``, ``"a.b"``) and each list index as an int."""
-    errors = [
-        {"loc": (*prefix, *loc), "msg": msg, "type": "search_space"} for loc, msg in err.errors
-    ]
-    if not errors:  # one-line messages: not YAML, not a mapping, unreadable, too deep
-        lines = str(err).splitlines()
-        msg = lines[0] if lines else "invalid search space"
-        msg = re.sub(r"^invalid search space [^:]*: ", "", msg)
-        errors.append({"loc": tuple(prefix), "msg": msg, "type": "search_space"})
-    return RequestValidationError(errors)
-
-
-async def validation_error_response(req: Request, exc: Exception) -> JSONResponse:
-    """Every 422: where and why, never the input echoed back (it may be NaN, which JSON
-    cannot carry, nested past any encoder's recursion, or a secret pasted by mistake)."""
-    assert isinstance(exc, RequestValidationError)
+def _field_errors(
+    req: Request, fields: Iterable[tuple[Sequence[object], object, object]]
+) -> JSONResponse:
+    """One 422 from (loc, msg, type) triples: where and why, never the input echoed back (it
+    may be NaN, which JSON cannot carry, nested past any encoder's recursion, or a secret
+    pasted by mistake)."""
     errors = [
         {
-            "loc": [x if isinstance(x, int) else str(x) for x in e.get("loc", ())],
-            "msg": str(e.get("msg", "")),
-            "type": str(e.get("type", "value_error")),
+            "loc": [x if isinstance(x, int) else str(x) for x in loc],
+            "msg": str(msg),
+            "type": str(kind),
         }
-        for e in exc.errors()
+        for loc, msg, kind in fields
     ]
     shown = [f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in errors[:3]]
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
     detail = "; ".join(shown) + more if shown else "invalid request"
     return problem(422, detail, instance=req.url.path, type_=VALIDATION_TYPE, errors=errors)
+
+
+async def validation_error_response(req: Request, exc: Exception) -> JSONResponse:
+    """A request FastAPI refused before any route ran."""
+    assert isinstance(exc, RequestValidationError)
+    fields = (
+        (e.get("loc", ()), e.get("msg", ""), e.get("type", "value_error")) for e in exc.errors()
+    )
+    return _field_errors(req, fields)
+
+
+async def _invalid_input(req: Request, exc: Exception) -> JSONResponse:
+    """Fields a service or the report refused: the same 422 as a request FastAPI refused."""
+    assert isinstance(exc, InvalidInput)
+    return _field_errors(req, ((p.loc, p.msg, p.type) for p in exc.problems))
 
 
 async def _http_error(req: Request, exc: Exception) -> JSONResponse:
@@ -108,6 +105,10 @@ async def _http_error(req: Request, exc: Exception) -> JSONResponse:
 async def _not_found(req: Request, exc: Exception) -> JSONResponse:
     # The one place a missing job or trial becomes a 404 (the store raises them).
     return problem(404, str(exc), instance=req.url.path)
+
+
+async def _conflict(req: Request, exc: Exception) -> JSONResponse:
+    return problem(409, str(exc), instance=req.url.path)
 
 
 async def _schema(req: Request, exc: Exception) -> JSONResponse:
@@ -125,8 +126,9 @@ async def _unexpected(req: Request, _exc: Exception) -> JSONResponse:
 def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error_response)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(JobNotFound, _not_found)
-    app.add_exception_handler(TrialNotFound, _not_found)
+    app.add_exception_handler(InvalidInput, _invalid_input)
+    app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(SchemaOutOfDate, _schema)
     app.add_exception_handler(StorageError, _storage)
     app.add_exception_handler(Exception, _unexpected)

@@ -15,9 +15,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from fastapi.exceptions import RequestValidationError
-
 from tuner.api.settings import ServiceSettings
+from tuner.errors import FieldProblem, InvalidInput
 from tuner.space import SearchSpace
 
 __all__ = ["check_paths", "path_problem"]
@@ -82,10 +81,11 @@ def path_problem(
 
 
 def check_paths(settings: ServiceSettings, space: SearchSpace, where: str) -> None:
-    """A 422 naming each path of ``space`` that leaves the roots or is not what it should be."""
+    """InvalidInput naming each path of ``space`` that leaves the roots or is not what it
+    should be."""
     roots = settings.roots
-    errors = [
-        {"loc": ("body", where, *loc), "msg": why, "type": "path_not_allowed"}
+    problems = [
+        FieldProblem(("body", where, *loc), why, "path_not_allowed")
         for loc, written, file in _named(space)
         if (
             why := path_problem(
@@ -98,5 +98,5 @@ def check_paths(settings: ServiceSettings, space: SearchSpace, where: str) -> No
         )
         is not None
     ]
-    if errors:
-        raise RequestValidationError(errors)
+    if problems:
+        raise InvalidInput(problems)

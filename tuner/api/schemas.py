@@ -1,4 +1,6 @@
-"""Request and response bodies of the REST API (separate create and public models).
+"""Request and response bodies of the REST API (separate create and public models): every
+model the API answers is reachable from here (the report's are defined in ``tuner.report``,
+which the CLI prints too, and re-exported).
 
 Frozen, extra fields refused, units in the names. ``tuner.client`` keeps small tolerant
 copies of the answers (it must not import this module's server-side dependencies).
@@ -11,10 +13,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuner.engines import EXPORT_FORMAT_NAMES
+from tuner import states
+from tuner.explain import MIN_CONFIGS_FOR_IMPORTANCE
+from tuner.report import (
+    ExportFormat,
+    FrozenModel,
+    HostedReference,
+    ParetoPoint,
+    ParetoPublic,
+    RoundCostTrial,
+    RoundCostVerdict,
+    WinnerExport,
+)
 from tuner.space import SLO, shape_problem
 
 __all__ = [
+    "PREDICTIONS_NOTE",
     "CurrentTrial",
     "ExportFormat",
     "ExportFormatList",
@@ -22,12 +36,17 @@ __all__ = [
     "ExportPublic",
     "FieldError",
     "HostedReference",
+    "ImportancePublic",
     "JobCreate",
     "JobList",
     "JobPublic",
     "JobState",
+    "LogTail",
+    "ParamImportance",
     "ParetoPoint",
     "ParetoPublic",
+    "PredictedPoint",
+    "PredictionsPublic",
     "Problem",
     "RoundCostTrial",
     "RoundCostVerdict",
@@ -36,15 +55,12 @@ __all__ = [
     "TrialDetail",
     "TrialPage",
     "TrialPublic",
+    "WinnerExport",
 ]
 
-JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# The names of tuner.engines.EXPORT_FORMATS, in its order (the one list of export formats).
-ExportFormat = Literal[EXPORT_FORMAT_NAMES]  # type: ignore[valid-type]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# The values of tuner.states.JobState, as an inline enum in the OpenAPI document.
+JobState = Literal[tuple(s.value for s in states.JobState)]  # type: ignore[valid-type]
+PREDICTIONS_NOTE = "predictions of the depth model, never measurements"
 
 
 class FieldError(BaseModel):
@@ -68,7 +84,7 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = Field(None, description="422: one entry per field")
 
 
-class JobCreate(_Frozen):
+class JobCreate(FrozenModel):
     """Exactly one of ``preset``, ``search_space`` or ``search_space_yaml``."""
 
     # A request refuses NaN and infinities (answers may carry them: a metric with no value).
@@ -111,14 +127,14 @@ class JobCreate(_Frozen):
         return self
 
 
-class CurrentTrial(_Frozen):
+class CurrentTrial(FrozenModel):
     number: int
     method: str
     params: dict[str, Any]
     started_at: datetime
 
 
-class JobPublic(_Frozen):
+class JobPublic(FrozenModel):
     id: int
     name: str
     state: JobState
@@ -142,14 +158,14 @@ class JobPublic(_Frozen):
     objectives: list[dict[str, str]]
 
 
-class JobList(_Frozen):
+class JobList(FrozenModel):
     items: list[JobPublic]
     total: int
     offset: int
     limit: int
 
 
-class TrialPublic(_Frozen):
+class TrialPublic(FrozenModel):
     number: int
     state: str
     method: str | None
@@ -174,7 +190,8 @@ class TrialPublic(_Frozen):
         None,
         description="how the search proposed it: by (start, guide: scan, guide: depth, sampler, "
         "neighbour), why, predicted (made before the launch, never a measurement: objective, "
-        "value, rel_sigma, level, metrics, basis, notes) and class (proposed: what was "
+        "value, rel_sigma, workload, concurrency, level (workload@concurrency), metrics, "
+        "basis, notes) and class (proposed: what was "
         "proposed, why: why its class's member was launched instead); null for older jobs",
     )
     prediction_error_pct: float | None = Field(
@@ -184,7 +201,7 @@ class TrialPublic(_Frozen):
     )
 
 
-class TrialPage(_Frozen):
+class TrialPage(FrozenModel):
     items: list[TrialPublic]
     total: int
     offset: int
@@ -195,164 +212,18 @@ class TrialDetail(TrialPublic):
     log_tail: str | None = Field(description="end of the engine log, when it is on this host")
 
 
-class ParetoPoint(_Frozen):
-    trial_number: int
-    method: str
-    params: dict[str, Any]
-    concurrency: int
-    output_tok_per_s: float
-    p99_tpot_ms: float | None
-    p99_ttft_ms: float | None
-    p99_e2e_ms: float | None
-    acceptance_rate: float | None
-    mean_acceptance_length: float | None
-    feasible: bool
-    violations: list[str]
-    on_front: bool
-    is_baseline: bool
-    is_winner: bool
-    speedup: float | None = Field(
-        description="per-token speedup over the baseline at this concurrency (baseline mean "
-        "TPOT / this one's), from the round-cost verdict; 1 for the baseline"
-    )
-    verdict: Literal["pays", "does not pay", "tied"] | None = Field(
-        None, description="the round-cost verdict at this concurrency (null: the baseline)"
-    )
-    output_tok_per_s_ci95_low: float | None = Field(
-        None, description="95% interval of the mean over the repeats (null: one run)"
-    )
-    output_tok_per_s_ci95_high: float | None = None
-    p99_tpot_ms_ci95_low: float | None = None
-    p99_tpot_ms_ci95_high: float | None = None
-    repeats: int | None = Field(None, description="measurements behind the medians")
-    confirmed: bool = Field(
-        False, description="re-measured on a second engine launch; these are those numbers"
-    )
-    search_output_tok_per_s: float | None = Field(
-        None, description="what the search measured before confirmation (confirmed points)"
-    )
-    noisy: bool = Field(False, description="repeats disagreed beyond max_relative_mad")
-    multi_token_chunks: bool = Field(
-        False,
-        description="streamed chunks carried several tokens (speculation commits several per "
-        "step): TPOT spreads each request's time over its tokens; ITL is per chunk",
-    )
-    relative_mad: float | None = None
-    lossless_match_rate: float | None = Field(
-        None, description="share (0..1) of the baseline's greedy tokens reproduced"
-    )
-    kv_cache_tokens: int | None = None
-    peak_rss_mb: float | None = None
-
-
-class RoundCostVerdict(_Frozen):
-    """Mean time per output token of a speculative configuration against the baseline's at
-    the same concurrency and workload."""
-
-    concurrency: int
-    spec_ms_per_token: float
-    baseline_ms_per_token: float
-    pays_off: bool = Field(description="state == 'pays'")
-    margin_pct: float = Field(description="how much faster (+) or slower (-) per token")
-    state: Literal["pays", "does not pay", "tied"] = Field(
-        description="pays / does not pay: the 95% interval of the speedup is above / below 1; "
-        "tied: it holds 1"
-    )
-    speedup: float = Field(description="baseline ms per token / this configuration's")
-    speedup_ci95_low: float
-    speedup_ci95_high: float | None = Field(
-        description="null: unbounded (this point's interval of time per token reaches 0)"
-    )
-
-
-class RoundCostTrial(_Frozen):
-    trial_number: int
-    method: str
-    params: dict[str, Any]
-    verdicts: list[RoundCostVerdict] = Field(description="one per measured concurrency")
-    crossover_concurrency: int | None = Field(
-        description="lowest level from which it pays at no higher level measured; null when "
-        "it pays at the highest level (or nothing was compared)"
-    )
-
-
-class HostedReference(_Frozen):
-    """A hosted endpoint measured in the job with the same workload and load generator."""
-
-    name: str
-    base_url: str
-    model: str
-    output_tok_per_s: float | None
-    p99_tpot_ms: float | None
-    p99_ttft_ms: float | None
-    speedup_vs_baseline: float | None
-    feasible: bool
-    violations: list[str]
-    error: str | None = None
-
-
-class WinnerExport(_Frozen):
-    name: ExportFormat
-    available: bool = Field(description="the winner has a form in this format")
-    reason: str | None = Field(None, description="why not, when it has none")
-
-
-class ParetoPublic(_Frozen):
-    job_id: int
-    workload: str
-    concurrency: int = Field(description="the level the front and the winner are chosen at")
-    levels: list[int]
-    slo: dict[str, float]
-    objectives: list[dict[str, str]]
-    points: list[ParetoPoint]
-    baseline_trial: int | None
-    winner_trial: int | None
-    round_cost: list[RoundCostTrial] = Field(
-        default_factory=list,
-        description="round-cost verdict of every speculative trial at every concurrency",
-    )
-    why: list[str] = Field(
-        default_factory=list,
-        description="why the winner won, in sentences: acceptance, time per committed token "
-        "against the baseline, where it stops paying",
-    )
-    replay_surface: str | None = Field(
-        None,
-        description="set when the job replayed a recorded surface (search benchmarking): "
-        "no number here was measured by this job",
-    )
-    replay_simulated: bool = Field(
-        False, description="that surface was written by a simulator: no number was measured"
-    )
-    target: str = Field("", description="the served checkpoint every point here shares")
-    other_targets: list[str] = Field(
-        default_factory=list,
-        description="other checkpoints this job served (an MTP model): each is reported "
-        "apart, against its own baseline (query target=...)",
-    )
-    references: list[HostedReference] = Field(
-        default_factory=list,
-        description="hosted endpoints measured as reference rows (never candidates)",
-    )
-    winner_exports: list[WinnerExport] = Field(
-        default_factory=list,
-        description="each export format (GET /api/export-formats order) and whether the "
-        "winner has a form in it: a page asks only for those it has",
-    )
-
-
-class ExportFormatPublic(_Frozen):
+class ExportFormatPublic(FrozenModel):
     name: ExportFormat
     label: str = Field(description="what the UI titles it with")
     engine: str = Field(description="the engine that takes it")
     description: str
 
 
-class ExportFormatList(_Frozen):
+class ExportFormatList(FrozenModel):
     formats: list[ExportFormatPublic] = Field(description="in tuner.engines.EXPORT_FORMATS order")
 
 
-class ExportPublic(_Frozen):
+class ExportPublic(FrozenModel):
     format: ExportFormat
     text: str
     trial_number: int
@@ -360,7 +231,7 @@ class ExportPublic(_Frozen):
     slo: dict[str, float]
 
 
-class SearchSpacePreset(_Frozen):
+class SearchSpacePreset(FrozenModel):
     name: str
     file: str
     yaml: str
@@ -370,9 +241,66 @@ class SearchSpacePreset(_Frozen):
     error: str | None = Field(description="why the preset does not validate, if it does not")
 
 
-class SpaceValidation(_Frozen):
+class SpaceValidation(FrozenModel):
     name: str
     n_trials: int
     methods: list[str]
     slo: dict[str, float]
     concurrency: list[int]
+
+
+class LogTail(BaseModel):
+    job_id: int
+    job_state: str
+    running: bool = Field(description="a trial (or the end-of-job confirmation) runs now")
+    trial_number: int | None = Field(None, description="the running trial, when one runs")
+    file: str | None = Field(None, description="the log's name within the job's log folder")
+    text: str = Field("", description="the end of that log, secrets redacted")
+    truncated: bool = Field(False, description="the log is longer than the text answered")
+
+
+class ParamImportance(BaseModel):
+    param: str
+    share: float = Field(description="share of the evaluator's total importance (0..1)")
+    p_value: float = Field(description="one-sided permutation test against shuffled values")
+
+
+class ImportancePublic(BaseModel):
+    job_id: int
+    metric: str = Field(description="the job's first objective")
+    n_configs: int = Field(description="distinct configurations measured on the main target")
+    min_configs: int = MIN_CONFIGS_FOR_IMPORTANCE
+    supported: list[ParamImportance] = Field(
+        description="parameters whose importance passed the permutation test, largest first"
+    )
+    sentence: str = Field(description="what the data says, or that it cannot tell and why")
+
+
+class PredictedPoint(FrozenModel):
+    """One unlaunched configuration at the job's objective point, as the model predicts it."""
+
+    method: str
+    params: dict[str, Any] = Field(description="the configuration, as a trial's params")
+    level: str = Field(description="workload@concurrency the prediction is for")
+    workload: str
+    concurrency: int
+    output_tok_per_s: float | None = Field(None, description="predicted, not measured")
+    p99_tpot_ms: float | None = Field(None, description="predicted, not measured")
+    mean_tpot_ms: float | None = Field(None, description="predicted, not measured")
+    mean_acceptance_length: float | None = Field(None, description="predicted, not measured")
+    metrics: dict[str, Any] = Field(description="every predicted metric, by name")
+    rel_sigma: float = Field(
+        description="relative half-width of the prediction's band (0.05: +/-5%)"
+    )
+    basis: list[int] = Field(description="the measured trials it was computed from")
+    notes: list[str] = Field(description="how it was computed, in sentences")
+
+
+class PredictionsPublic(FrozenModel):
+    job_id: int
+    kind: Literal["predicted"] = Field("predicted", description="always: nothing here measured")
+    note: str = PREDICTIONS_NOTE
+    points: list[PredictedPoint] = Field(
+        description="every unlaunched depth of each proposer launched at least once; empty "
+        "when the job's search is not guided or no proposer was launched yet"
+    )

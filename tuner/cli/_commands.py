@@ -1,19 +1,22 @@
-"""One function per ``spectune`` command: parse nothing, print, return the exit code."""
+"""One function per ``spectune`` command: parse nothing, print, return the exit code.
+
+Nothing here imports the web framework: ``serve`` and ``worker`` (``_service.py``, which
+starts the API) are loaded when one of them runs, so every other command starts without
+FastAPI and uvicorn."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import io
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi.exceptions import RequestValidationError
-
-from tuner.api.services.pareto import ReportQuery, pareto
 from tuner.cli._common import (
     EXIT_FAIL,
     EXIT_INFEASIBLE,
@@ -33,13 +36,15 @@ from tuner.cli._render import (
     trials_table,
 )
 from tuner.cli._search_text import search_text
-from tuner.cli._service import cmd_serve, cmd_worker
+from tuner.errors import InvalidInput
 from tuner.explain import explain, param_importances
 from tuner.export import ExportError, export_job
 from tuner.job import create_job, run_job
 from tuner.measure import load_all_prompts
 from tuner.pareto import Report, job_report
+from tuner.report import ReportQuery, pareto
 from tuner.space import SpaceError, load_space
+from tuner.states import TRIAL_FINISHED, JobState, TrialState
 from tuner.storage import JobNotFound, Store, current_revision, database_url, upgrade
 from tuner.workloads import WorkloadError
 
@@ -72,16 +77,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
     store = _store(args)
     try:
         job = store.job(args.job_id)
-        done = sum(r.state != "waiting" for r in store.trial_records(args.job_id))
+        done = sum(r.state != TrialState.WAITING for r in store.trial_records(args.job_id))
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
     why = None
     if job.for_worker:
         why = "was submitted through the API: a worker runs it (it re-claims stopped jobs)"
-    elif job.state == "succeeded":
+    elif job.state == JobState.SUCCEEDED:
         why = "has finished; nothing to resume (spectune report shows it)"
-    elif job.state == "running" and not args.force:
+    elif job.state == JobState.RUNNING and not args.force:
         why = (
             "is marked running: another spectune run may still be running it. If that "
             "process is gone (killed, machine restarted), resume with --force"
@@ -118,14 +123,14 @@ def _run_to_end(store: Store, job_id: int, args: argparse.Namespace, done: int =
     took = f"job {job_id} finished in {time.monotonic() - t0:.0f} s ({launches})"
     if args.json:
         print(took, file=sys.stderr)
-        print_json(_reportprint_json(store, job_id, None, None))
+        print_json(_report_document(store, job_id, None, None))
     else:
         print(f"\n{took}\n")
         _print_report(store, job_id, rep)
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 
-def _reportprint_json(store: Store, job_id: int, concurrency: int | None, slo: dict | None) -> Any:
+def _report_document(store: Store, job_id: int, concurrency: int | None, slo: dict | None) -> Any:
     """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI."""
     q = ReportQuery(workload=None, concurrency=concurrency, slo=slo or {})
     return pareto(store, job_id, q).model_dump(mode="json")
@@ -153,12 +158,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     slo = {"p99_tpot_ms": args.slo_p99_tpot_ms} if args.slo_p99_tpot_ms else None
     try:
         rep = job_report(store, args.job, concurrency=args.concurrency, slo=slo)
-        doc = _reportprint_json(store, args.job, args.concurrency, slo) if args.json else None
+        doc = _report_document(store, args.job, args.concurrency, slo) if args.json else None
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
-    except RequestValidationError as e:
-        err("; ".join(x["msg"] for x in e.errors()))
+    except InvalidInput as e:
+        err(str(e))  # each refused field's reason, joined by "; "
         return EXIT_INPUT
     if doc is not None:
         print_json(doc)
@@ -168,21 +173,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    rows_, _ = _store(args).list_jobs()
+    found, _ = _store(args).list_jobs()
     jobs = [
         {
             "id": j.job_id,
             "name": j.name,
             "state": j.state,
             "n_trials": j.n_trials,
-            "trials_done": sum(1 for t in j.trials if t.state in ("complete", "fail", "pruned")),
+            "trials_done": sum(1 for t in j.trials if t.state in TRIAL_FINISHED),
             "engine_launches": j.engine_launches,
             "engine_startup_s": round(j.engine_startup_s, 1),
             "created_at": j.created_at.isoformat() + "Z",
             "finished_at": j.finished_at.isoformat() + "Z" if j.finished_at else None,
             "error": j.error,
         }
-        for j in sorted(rows_, key=lambda j: j.job_id)
+        for j in sorted(found, key=lambda j: j.job_id)
     ]
     if args.json:
         print_json(jobs)
@@ -250,7 +255,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _space_errorprint_json(source: str, e: Exception) -> dict[str, Any]:
+def _space_error_document(source: str, e: Exception) -> dict[str, Any]:
+    """``plan --json`` and ``validate --json`` on a bad space: each field's path and reason."""
     fields = [{"loc": list(loc), "msg": msg} for loc, msg in getattr(e, "errors", ())]
     return {"space": source, "valid": False, "error": str(e), "errors": fields}
 
@@ -262,7 +268,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = plan_space(space, args.space, database_url(args.db))
     except (SpaceError, WorkloadError) as e:
         if args.json:
-            print_json(_space_errorprint_json(args.space, e))
+            print_json(_space_error_document(args.space, e))
         err(str(e))
         return EXIT_INPUT
     if args.json:
@@ -278,7 +284,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         n = sum(len(p) for p in load_all_prompts(space).values())
     except (SpaceError, WorkloadError) as e:
         if args.json:
-            print_json(_space_errorprint_json(args.space, e))
+            print_json(_space_error_document(args.space, e))
         err(str(e))
         return EXIT_INPUT
     methods = space.methods.enabled()
@@ -300,6 +306,17 @@ def cmd_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _service_command(name: str) -> Callable[[argparse.Namespace], int]:
+    """``spectune serve`` / ``worker``: ``tuner.cli._service`` (it imports the API, FastAPI
+    and uvicorn) is loaded when the command runs, not when the CLI starts."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module("tuner.cli._service"), name)(args)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
 COMMANDS = {
     "run": cmd_run,
     "resume": cmd_resume,
@@ -310,6 +327,6 @@ COMMANDS = {
     "export": cmd_export,
     "validate": cmd_validate,
     "db": cmd_db,
-    "serve": cmd_serve,
-    "worker": cmd_worker,
+    "serve": _service_command("cmd_serve"),
+    "worker": _service_command("cmd_worker"),
 }

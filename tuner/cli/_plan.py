@@ -22,6 +22,7 @@ from tuner.measure import load_all_prompts
 from tuner.methods import params_text
 from tuner.preflight import PreflightError, device_memory_bytes, preflight
 from tuner.space import SearchSpace
+from tuner.states import TrialState
 from tuner.storage import StorageError, Store
 from tuner.surface import SurfaceError, read_surface
 
@@ -56,7 +57,10 @@ def _seconds_per_launch(url: str | None, device: str) -> tuple[float | None, int
         for j in jobs
         if (j.space or {}).get("engine", {}).get("device", "cuda") == device
         for t in j.trials
-        if t.state == "complete" and t.reused_from is None and t.log_path and t.finished_at
+        if t.state == TrialState.COMPLETE
+        and t.reused_from is None
+        and t.log_path
+        and t.finished_at
     ]
     return (statistics.median(walls), len(walls)) if walls else (None, 0)
 

@@ -12,6 +12,7 @@ from collections import Counter
 
 from tuner.cli._render import fmt, table
 from tuner.methods import params_text
+from tuner.states import TrialState
 from tuner.storage import TrialRecord, search_launch
 
 __all__ = ["search_text"]
@@ -22,7 +23,7 @@ def search_text(recs: list[TrialRecord]) -> str:
     noted = [r for r in recs if r.search]
     if not noted:
         return ""
-    launches = sum(1 for r in recs if r.reused_from is None and r.state not in ("waiting",))
+    launches = sum(1 for r in recs if r.reused_from is None and r.state != TrialState.WAITING)
     by = Counter(str(r.search.get("by")) for r in noted if r.search)
     classed = [r for r in noted if r.search and r.search.get("class")]
     out = [

@@ -90,10 +90,3 @@ def cmd_worker(args: argparse.Namespace) -> int:
         job = w.last_job
         print("no queued job" if job is None else f"ran job {job}", file=sys.stderr)
     return EXIT_OK
-    try:
-        w.run_forever()
-    except KeyboardInterrupt:
-        w.stop()  # the job in flight goes back to the queue
-        err("interrupted; the running job (if any) is back in the queue")
-        return 130
-    return EXIT_OK

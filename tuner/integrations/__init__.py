@@ -4,7 +4,6 @@ below, one line each, so neither knows what is attached."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import optuna
@@ -27,6 +26,7 @@ from tuner.integrations._mlflow import (
     log_trial,
     tracking_uri,
 )
+from tuner.measure import Measured
 from tuner.pareto import job_report
 from tuner.space import SearchSpace
 from tuner.storage import Store
@@ -56,11 +56,16 @@ def on_job_start(study: optuna.Study, space: SearchSpace) -> None:
 
 
 class TrialContext(Protocol):
-    """What ``on_trial_stored`` needs of the caller (``tuner.trial.TrialRunner``)."""
+    """What ``on_trial_stored`` needs of the job (``tuner.context.JobContext`` has it; named
+    here by shape so the integrations stay below the context). Read-only: a frozen context
+    satisfies it."""
 
-    store: Store
-    job_id: int
-    space: SearchSpace
+    @property
+    def store(self) -> Store: ...
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def space(self) -> SearchSpace: ...
 
 
 def on_trial_stored(
@@ -68,15 +73,15 @@ def on_trial_stored(
     trial: optuna.Trial,
     params: dict[str, Any],
     state: str,
-    measurements: Sequence[dict[str, Any]],
-    extra: dict[str, Any],
+    measured: Measured,
 ) -> None:
     """After a trial's results are stored, while Optuna still lets it take attributes
     (``params``: SpecTune's, as its tables show them, not Optuna's prefixed names)."""
-    write_dashboard_attrs(trial, measurements, extra, ctx.space)
+    extra = measured.stored_extra()
+    write_dashboard_attrs(trial, measured.points, extra, ctx.space)
     method = params.get("method")
-    record = dict(number=trial.number, state=state, method=method, params=dict(params))
-    record.update(measurements=list(measurements), extra=extra)
+    record = dict(number=trial.number, state=str(state), method=method, params=dict(params))
+    record.update(measurements=list(measured.points), extra=extra)
     log_trial(ctx.store, ctx.job_id, ctx.space, record)
 
 

@@ -35,6 +35,7 @@ from tuner.export import export_point, winner_exports
 from tuner.integrations._dashboard import MEASURED_METRICS, trial_attrs
 from tuner.pareto import job_report
 from tuner.space import SearchSpace
+from tuner.states import JobState, TrialState
 from tuner.storage import Store
 
 __all__ = [
@@ -54,7 +55,11 @@ ENV_TRACKING_URI = "SPECTUNE_MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT = "SPECTUNE_MLFLOW_EXPERIMENT"
 _EXPORT_SUFFIX = {"vllm-json": "json", "vllm-schedule-json": "json", "trtllm-yaml": "yaml"}
 # A job's state (tuner.storage) -> its parent run's status.
-_RUN_STATUS = {"succeeded": "FINISHED", "cancelled": "KILLED", "failed": "FAILED"}
+_RUN_STATUS = {
+    JobState.SUCCEEDED: "FINISHED",
+    JobState.CANCELLED: "KILLED",
+    JobState.FAILED: "FAILED",
+}
 
 
 class MlflowUnavailable(RuntimeError):
@@ -164,7 +169,7 @@ def _parent(
     keep = _merge(client, exp_id, key, runs)
     if reopen and runs[0].info.status != "RUNNING":
         client.update_run(keep, status="RUNNING")
-        client.set_tag(keep, "spectune.job_state", "running")
+        client.set_tag(keep, "spectune.job_state", JobState.RUNNING)
     return keep
 
 
@@ -225,7 +230,7 @@ def _log_run(
     params = [mlflow.entities.Param(k, json.dumps(v)) for k, v in record["params"].items()]
     metrics = _metrics(mlflow, record["measurements"], space)
     client.log_batch(run.info.run_id, metrics=metrics, params=params)
-    status = "FAILED" if record["state"] == "fail" else "FINISHED"
+    status = "FAILED" if record["state"] == TrialState.FAIL else "FINISHED"
     client.set_terminated(run.info.run_id, status=status)
 
 
@@ -265,7 +270,7 @@ def _log_job_end(store: Store, job_id: int) -> None:
     parent = _parent(client, exp_id, key, store, job_id)
     _reparent(client, exp_id, key, parent, None)
     for r in store.trial_records(job_id):
-        if r.state in ("waiting", "running"):
+        if r.state in (TrialState.WAITING, TrialState.RUNNING):
             continue
         extra = {
             "reused_from": r.reused_from,

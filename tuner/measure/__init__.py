@@ -2,6 +2,7 @@
 where the numbers come from (a launched engine or a recorded surface), hosted references."""
 
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
+from tuner.measure._measured import Measured
 from tuner.measure._measurer import LaunchMeasurer, LosslessCheck, Measurer, OnLaunch, PruneCheck
 from tuner.measure._protocol import (
     MAX_FAILED_FRACTION,
@@ -21,6 +22,7 @@ __all__ = [
     "JobControl",
     "LaunchMeasurer",
     "LosslessCheck",
+    "Measured",
     "Measurer",
     "OnLaunch",
     "PruneCheck",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import Protocol
+
+from tuner.measure._measured import Measured
 
 __all__ = ["JobCancelled", "JobControl", "Pruned", "TrialFailed"]
 
@@ -19,18 +21,13 @@ class TrialFailed(RuntimeError):
 
 
 class Pruned(Exception):
-    """The objective point is clearly dominated: the trial stops with what it measured."""
+    """The objective point is clearly dominated: the trial stops with what it measured
+    (``measured``: the points so far; the measurer adds its launch facts on the way out)."""
 
-    def __init__(
-        self,
-        evidence: str,
-        measurements: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, evidence: str, measured: Measured) -> None:
         super().__init__(evidence)
         self.evidence = evidence
-        self.measurements = measurements
-        self.extra: dict[str, Any] = extra or {}
+        self.measured = measured
 
 
 class JobCancelled(RuntimeError):

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tuner.engines import EngineConfig, EngineLaunchError, server_class
 from tuner.loadgen import LoadError
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
+from tuner.measure._measured import Measured
 from tuner.measure._protocol import greedy_outputs, measure_all
 from tuner.preflight import PreflightError, preflight
 from tuner.space import SearchSpace
@@ -20,7 +22,8 @@ from tuner.workloads import Prompt
 __all__ = ["LaunchMeasurer", "Measurer", "PruneCheck", "LosslessCheck", "OnLaunch"]
 
 PruneCheck = Callable[[dict[str, Any]], str | None]  # objective point -> evidence or None
-LosslessCheck = Callable[[list[Any]], dict[str, Any]]  # greedy ids -> stored fields
+# greedy ids -> match rate with the baseline's (None: no baseline yet, or no speculation)
+LosslessCheck = Callable[[list[list[int] | None]], float | None]
 OnLaunch = Callable[[float, bool], None]  # (start-up seconds, confirmation?) -> None
 
 
@@ -44,13 +47,19 @@ class Measurer(ABC):
         prune: PruneCheck | None = None,
         lossless: LosslessCheck | None = None,
         confirm: bool = False,
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """(measurements, extra): the points, objective point first, and what the launch
-        reported (startup_s, log_path, kv_cache_tokens, peak_rss_mb, lossless fields)."""
+    ) -> Measured:
+        """The points, objective point first, and what the launch reported. ``prune`` may
+        stop it after the objective point (raises ``Pruned``); ``lossless`` prices the greedy
+        outputs against the baseline's."""
 
 
 class LaunchMeasurer(Measurer):
-    """One real engine launch per call, measuring every workload and level."""
+    """One real engine launch per call, measuring every workload and level.
+
+    ``launcher`` is for tests only: it replaces the engine's ``python -m …`` prefix (the
+    FAKE OpenAI server, tests/fake_openai_server.py, through ``tests.helpers.fake_measurers``).
+    This constructor argument is the one way in: no setting or environment variable reaches
+    it, so the product cannot report fake numbers by accident."""
 
     def __init__(
         self,
@@ -82,7 +91,7 @@ class LaunchMeasurer(Measurer):
         prune: PruneCheck | None = None,
         lossless: LosslessCheck | None = None,
         confirm: bool = False,
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    ) -> Measured:
         server = self.server_cls(
             cfg,
             log_path,
@@ -93,15 +102,18 @@ class LaunchMeasurer(Measurer):
             run_dir=self.work_dir / "run",
         )
         self.control.attach(server)
-        extra: dict[str, Any] = {}
+        kv_cache_tokens: int | None = None
+        ids: list[list[int] | None] | None = None
+        rate: float | None = None
         try:
             with server:
                 self.on_launch(server.startup_s or 0.0, confirm)
-                extra["kv_cache_tokens"] = server.kv_cache_tokens()
+                kv_cache_tokens = server.kv_cache_tokens()
                 try:
                     ms = measure_all(server, self.space, self.prompts, prune)
                     if lossless is not None:
-                        extra.update(lossless(greedy_outputs(server, self.space, self.prompts)))
+                        ids = greedy_outputs(server, self.space, self.prompts)
+                        rate = lossless(ids)
                 except (LoadError, OSError) as e:
                     detail = f"{e}\n--- engine log tail ---\n{server.log_tail()}"
                     reason = "crash" if not server.alive() else "measurement"
@@ -111,11 +123,12 @@ class LaunchMeasurer(Measurer):
                         "crash", "engine died during measurement\n" + server.log_tail()
                     )
         except Pruned as e:
-            e.extra = {
-                "startup_s": server.startup_s,
-                "log_path": str(log_path),
-                "kv_cache_tokens": extra.get("kv_cache_tokens"),
-            }
+            e.measured = replace(
+                e.measured,
+                startup_s=server.startup_s,
+                log_path=str(log_path),
+                kv_cache_tokens=kv_cache_tokens,
+            )
             raise
         except (EngineLaunchError, TrialFailed) as e:
             if self.control.cancelled:
@@ -130,6 +143,12 @@ class LaunchMeasurer(Measurer):
             self.control.attach(None)
         if self.control.cancelled:
             raise JobCancelled("job cancelled while its engine ran")
-        extra["peak_rss_mb"] = server.peak_rss_mb
-        extra.update(startup_s=server.startup_s, log_path=str(log_path))
-        return ms, extra
+        return Measured(
+            ms,
+            startup_s=server.startup_s,
+            log_path=str(log_path),
+            kv_cache_tokens=kv_cache_tokens,
+            peak_rss_mb=server.peak_rss_mb,
+            greedy_token_ids=ids,
+            lossless_match_rate=rate,
+        )

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from tuner.loadgen import LoadError, measure
 from tuner.measure._control import Pruned, TrialFailed
+from tuner.measure._measured import Measured
 from tuner.metrics import Measurement
 from tuner.space import SearchSpace, WorkloadSpec
 from tuner.stats import aggregate, noise_score, relative_mad
@@ -151,7 +152,7 @@ def measure_all(
         if len(out) == 1 and after_primary is not None:
             evidence = after_primary(out[0])
             if evidence is not None:
-                raise Pruned(evidence, out)
+                raise Pruned(evidence, Measured(out))
     return out
 
 

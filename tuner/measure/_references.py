@@ -8,6 +8,7 @@ from tuner.engines import HostedServer
 from tuner.loadgen import LoadError
 from tuner.measure._protocol import measure_point
 from tuner.space import SearchSpace
+from tuner.states import TrialState
 from tuner.storage import ReferenceModel, Store
 from tuner.workloads import Prompt
 
@@ -29,17 +30,18 @@ def measure_references(
             name=h.name,
             base_url=h.root,
             model=h.model,
-            state="complete",
+            state=TrialState.COMPLETE,
             measurements=[],
         )
         headers = None
         if h.api_key_env:
             key = os.environ.get(h.api_key_env)
             if not key:
-                row.state, row.error = "fail", f"environment variable {h.api_key_env} is not set"
+                row.state = TrialState.FAIL
+                row.error = f"environment variable {h.api_key_env} is not set"
             else:
                 headers = {"Authorization": f"Bearer {key}"}
-        if row.state == "complete":
+        if row.state == TrialState.COMPLETE:
             server = HostedServer(h.root, headers)
             engine = space.engine.model_copy(update={"served_model_name": h.model})
             hosted_space = space.model_copy(update={"engine": engine})
@@ -52,5 +54,5 @@ def measure_references(
                         if m["num_ok"] == 0:
                             raise LoadError(f"every request failed: {m.get('errors')}")
             except (LoadError, OSError) as e:
-                row.state, row.error = "fail", str(e)[:2000]
+                row.state, row.error = TrialState.FAIL, str(e)[:2000]
         store.add_reference(row)

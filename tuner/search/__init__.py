@@ -4,14 +4,21 @@ equivalent configurations, depth predictions and pruning."""
 from tuner.search._classes import canonical, kv_need_tokens, memory_family
 from tuner.search._depth import DepthPoint, Prediction, predict_depth, tau
 from tuner.search._guide import Proposal, family_key, propose
-from tuner.search._strategy import GUIDE_ATTR, SearchStrategy, dominated_by, interval_text
+from tuner.search._predicted import PredictedPoint
+from tuner.search._pruner import DominancePruner, ObjectivePoint, dominated_by, interval_text
+from tuner.search._start import StartPoints
+from tuner.search._strategy import GUIDE_ATTR, SearchStrategy
 
 __all__ = [
     "GUIDE_ATTR",
     "DepthPoint",
+    "DominancePruner",
+    "ObjectivePoint",
+    "PredictedPoint",
     "Prediction",
     "Proposal",
     "SearchStrategy",
+    "StartPoints",
     "canonical",
     "dominated_by",
     "family_key",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +33,9 @@ from tuner.candidates import grid_configs
 from tuner.pareto import feasible
 from tuner.search._classes import memory_family
 from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
+from tuner.search._predicted import PredictedPoint
 from tuner.space import SearchSpace
-from tuner.storage import search_launch
+from tuner.storage import TrialState, search_launch
 
 __all__ = [
     "Proposal",
@@ -43,11 +44,11 @@ __all__ = [
     "family_key",
     "family_memory",
     "predicted_points",
-    "prediction_note",
     "propose",
 ]
 
 _PRIOR = ("eagle3", "eagle", "mtp", "draft_model", "ngram")
+_MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)  # a launch that measured its first point
 _FREE = ("num_speculative_tokens", "max_num_seqs", "memory_fraction")
 
 
@@ -82,7 +83,7 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
     errs = []
     for r in rows:
         pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
-        m = _primary(r, level) if r.state == "complete" else None
+        m = _primary(r, level) if r.state == TrialState.COMPLETE else None
         m = search_launch(m) if m else None
         if pred and m and m.get(metric):
             errs.append(abs(float(m[metric]) - pred) / abs(pred))
@@ -92,7 +93,7 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
 def propose(
     space: SearchSpace,
     rows: Sequence[Any],
-    memory_for: Any,
+    memory_for: Callable[[dict[str, Any]], float],
     grid: Sequence[dict[str, Any]] | None = None,
 ) -> Proposal | None:
     """The next launch, or None to leave it to the sampler.
@@ -105,22 +106,22 @@ def propose(
     sign = 1.0 if space.objectives[0].resolved_direction == "maximize" else -1.0
     limits = space.slo.limits()
     min_match = space.lossless.min_match_rate if space.lossless.enabled else None
-    launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
-    families, place, started, taken = _layout(space, rows, memory_for, grid)
+    launched = [r for r in rows if r.reused_from is None and r.state in _MEASURED]
+    lay = _Layout.of(space, rows, memory_for, grid)
 
     # A proposer counts as scanned once its largest depth ran or runs (a start point at a
     # smaller depth prices only the depths below it), or once it failed.
     deepest = {
-        fk: place(max(ms, key=lambda c: c["num_speculative_tokens"]))
-        for fk, ms in families.items()
+        fk: lay.place(max(ms, key=lambda c: c["num_speculative_tokens"]))
+        for fk, ms in lay.families.items()
     }
-    tried = {fk for fk, c in deepest.items() if _key(c) in taken}
-    tried |= {family_key(r.params) for r in rows if r.state == "fail"}
+    tried = {fk for fk, c in deepest.items() if _key(c) in lay.taken}
+    tried |= {family_key(r.params) for r in rows if r.state == TrialState.FAIL}
 
     incumbent: float | None = None
     for r in launched:
         m = _primary(r, level)
-        if r.state != "complete" or m is None or m.get(metric) is None:
+        if r.state != TrialState.COMPLETE or m is None or m.get(metric) is None:
             continue
         ok, _ = feasible(
             m, limits, lossless_match_rate=r.lossless_match_rate, min_match_rate=min_match
@@ -137,7 +138,7 @@ def propose(
             name, v = r.params["method"], sign * float(m[metric])
             potential[name] = max(v, potential.get(name, v))
     best: tuple[float, Proposal] | None = None
-    for cand, pred in depth_predictions(space, rows, families, started, place, taken):
+    for cand, pred in depth_predictions(space, rows, lay):
         if not feasible(pred.metrics, limits)[0]:
             continue
         v = sign * pred.metrics[metric]
@@ -146,7 +147,7 @@ def propose(
             best = (v, _depth_proposal(cand, pred, metric, level, incumbent))
 
     inc = None if incumbent is None else sign * incumbent
-    scan, hopeless = _next_scan(families, tried, taken, place, potential, inc)
+    scan, hopeless = _next_scan(lay, tried, potential, inc)
     confident = hopeful = None
     if best is not None:
         value, prop = best
@@ -161,22 +162,18 @@ def propose(
 
 
 def depth_predictions(
-    space: SearchSpace,
-    rows: Sequence[Any],
-    families: dict[str, list[dict[str, Any]]],
-    started: set[str],
-    place: Any,
-    taken: set[str],
+    space: SearchSpace, rows: Sequence[Any], lay: _Layout
 ) -> list[tuple[dict[str, Any], Prediction]]:
     """(configuration, prediction at the objective point) of every unlaunched depth of
     every proposer launched at least once."""
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
-    launched = [r for r in rows if r.reused_from is None and r.state in ("complete", "pruned")]
+    launched = [r for r in rows if r.reused_from is None and r.state in _MEASURED]
     cal = calibration(rows, metric, level)
+    families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
     for fk, members in families.items():
-        if fk not in started:
+        if fk not in lay.started:
             continue
         target = members[0].get("target")
         pts, bases = [], []
@@ -188,21 +185,21 @@ def depth_predictions(
                 bases.append((r, DepthPoint(r.number, 0, m)))
             elif family_key(r.params) == fk:
                 pts.append(DepthPoint(r.number, int(r.params["num_speculative_tokens"]), m))
-        per_family[fk] = (pts, _baseline_for(bases, place(members[0])))
+        per_family[fk] = (pts, _baseline_for(bases, lay.place(members[0])))
     # What a proposer launched at two depths says of its method's fixed cost per step.
     shares: dict[str, list[float]] = {}
     for fk, (pts, base) in per_family.items():
         if (phi := fixed_share_of(pts, base)) is not None:
             shares.setdefault(families[fk][0]["method"], []).append(phi)
     out = []
-    seen = set(taken)  # members of one class (batch sizes, memory shares) place as one
+    seen = set(lay.taken)  # members of one class (batch sizes, memory shares) place as one
     for fk, (pts, base) in per_family.items():
         share = shares.get(families[fk][0]["method"])
         phi = statistics.median(share) if share else None
         depths = {p.depth for p in pts}
         for c in families[fk]:
             k = int(c["num_speculative_tokens"])
-            cand = place(c)
+            cand = lay.place(c)
             if k in depths or _key(cand) in seen:
                 continue
             seen.add(_key(cand))
@@ -227,32 +224,46 @@ def _baseline_for(bases: list[tuple[Any, DepthPoint]], where: dict[str, Any]) ->
 def predicted_points(
     space: SearchSpace,
     rows: Sequence[Any],
-    memory_for: Any,
+    memory_for: Callable[[dict[str, Any]], float],
     grid: Sequence[dict[str, Any]] | None = None,
-) -> list[tuple[dict[str, Any], Prediction]]:
-    """What the depth model predicts for every unlaunched depth of the launched proposers
-    (for people to see, drawn apart from measurements)."""
-    families, place, started, taken = _layout(space, rows, memory_for, grid)
-    return depth_predictions(space, rows, families, started, place, taken)
+) -> list[PredictedPoint]:
+    """What the depth model predicts for every unlaunched depth of the launched proposers,
+    at the objective point (for people to see, drawn apart from measurements)."""
+    point = (space.primary_workload, space.primary_concurrency)
+    lay = _Layout.of(space, rows, memory_for, grid)
+    return [PredictedPoint.of(c, p, point) for c, p in depth_predictions(space, rows, lay)]
 
 
-def _layout(
-    space: SearchSpace,
-    rows: Sequence[Any],
-    memory_for: Any,
-    grid: Sequence[dict[str, Any]] | None,
-) -> tuple[dict[str, list[dict[str, Any]]], Any, set[str], set[str]]:
-    taken = {_key(r.params) for r in rows}  # ran, runs or failed: the store has no waiting row
-    families: dict[str, list[dict[str, Any]]] = {}
-    for c in grid if grid is not None else grid_configs(space):
-        if c["method"] != "none":
-            families.setdefault(family_key(c), []).append(c)
+@dataclass(frozen=True)
+class _Layout:
+    """The space's proposers and what the job took of them, read once per proposal."""
 
-    def place(c: dict[str, Any]) -> dict[str, Any]:
-        return {**c, "max_num_seqs": space.max_num_seqs[0], "memory_fraction": memory_for(c)}
+    families: dict[str, list[dict[str, Any]]]  # proposer -> its configurations in the grid
+    started: set[str]  # proposers with at least one trial
+    taken: set[str]  # configurations that ran, run or failed (the store has no waiting row)
+    max_num_seqs: int
+    memory_for: Callable[[dict[str, Any]], float]
 
-    started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
-    return families, place, started, taken
+    @classmethod
+    def of(
+        cls,
+        space: SearchSpace,
+        rows: Sequence[Any],
+        memory_for: Callable[[dict[str, Any]], float],
+        grid: Sequence[dict[str, Any]] | None,
+    ) -> _Layout:
+        families: dict[str, list[dict[str, Any]]] = {}
+        for c in grid if grid is not None else grid_configs(space):
+            if c["method"] != "none":
+                families.setdefault(family_key(c), []).append(c)
+        started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
+        taken = {_key(r.params) for r in rows}
+        return cls(families, started, taken, space.max_num_seqs[0], memory_for)
+
+    def place(self, c: dict[str, Any]) -> dict[str, Any]:
+        """Where the guide launches ``c``: its class's member (smallest batch size, the
+        family's memory share)."""
+        return {**c, "max_num_seqs": self.max_num_seqs, "memory_fraction": self.memory_for(c)}
 
 
 def _depth_proposal(
@@ -268,27 +279,12 @@ def _depth_proposal(
         f"predicted {metric} {v:.4g} (+/-{100 * pred.rel_sigma:.0f}%) at "
         f"{level[0]}@{level[1]}, the best unlaunched depth; {inc}"
     )
-    return Proposal(cand, "guide: depth", why, prediction_note(pred, metric, level))
-
-
-def prediction_note(pred: Prediction, metric: str, level: tuple[str, int]) -> dict[str, Any]:
-    """A prediction as stored beside the trial it launched (JSON)."""
-    return {
-        "objective": metric,
-        "value": pred.metrics[metric],
-        "rel_sigma": pred.rel_sigma,
-        "level": f"{level[0]}@{level[1]}",
-        "metrics": pred.metrics,
-        "basis": list(pred.basis),
-        "notes": list(pred.notes),
-    }
+    return Proposal(cand, "guide: depth", why, PredictedPoint.of(cand, pred, level).note(metric))
 
 
 def _next_scan(
-    families: dict[str, list[dict[str, Any]]],
+    lay: _Layout,
     tried: set[str],
-    taken: set[str],
-    place: Any,
     potential: dict[str, float],
     incumbent: float | None,
 ) -> tuple[Proposal | None, Proposal | None]:
@@ -298,6 +294,7 @@ def _next_scan(
     of one method do), then the members of the methods whose potential is best; a method
     whose potential stays below the incumbent (signed ``incumbent``) is scanned only after
     every hopeful exploit."""
+    families = lay.families
     order = {m: i for i, m in enumerate(_PRIOR)}
     methods_tried = {json.loads(fk)["method"] for fk in tried}
 
@@ -310,8 +307,8 @@ def _next_scan(
     scan = hopeless = None
     for fk in sorted((fk for fk in families if fk not in tried), key=rank):
         deepest = max(families[fk], key=lambda c: c["num_speculative_tokens"])
-        cand = place(deepest)
-        if _key(cand) in taken:
+        cand = lay.place(deepest)
+        if _key(cand) in lay.taken:
             continue
         k = deepest["num_speculative_tokens"]
         method = deepest["method"]
@@ -333,7 +330,9 @@ def _next_scan(
     return scan, hopeless
 
 
-def family_memory(space: SearchSpace, rows: Sequence[Any], need: int | None) -> Any:
+def family_memory(
+    space: SearchSpace, rows: Sequence[Any], need: int | None
+) -> Callable[[dict[str, Any]], float]:
     """A proposer family's memory share for the guide's launches: the smallest share whose
     launched KV cache held the workload, else the largest share (most likely to hold)."""
 

@@ -1,16 +1,16 @@
 """The search strategy above Optuna's sampler: where a job starts, what it launches next,
 when a trial stops early, and where to go when the sampler repeats itself.
 
-- start: the baseline, each other target's baseline, ``start_with``, then (``warm_start``)
-  the best configurations of earlier jobs on the same target, engine and hardware;
+- start: ``StartPoints`` (``_start``: baselines, ``start_with``, warm start);
 - next: the structure-aware guide (``_guide``: one launch per proposer prices all its
   depths; the best predicted depth next), the sampler when the guide is silent;
 - classes: a proposal is launched as its class's cheapest member (``_classes``: batch size
   and memory share that cannot change any measured level);
-- pruning: a trial whose objective point is dominated beyond both 95% intervals by a
-  feasible trial on the same target stops there (Optuna's pruners take one intermediate
-  value and do not support multi-objective studies, hence this rule);
+- pruning: ``DominancePruner`` (``_pruner``: dominated beyond both 95% intervals by a
+  feasible trial on the same target);
 - a repeated proposal enqueues the nearest unmeasured configuration around the incumbent.
+
+The job's trials are read once per trial and shared by these questions (``_snapshot``).
 """
 
 from __future__ import annotations
@@ -22,91 +22,34 @@ from typing import Any
 
 import optuna
 
-from tuner.candidates import (
-    baseline_params,
-    config_to_params,
-    grid_configs,
-    grid_params,
-    other_targets,
-    params_to_config,
-    start_params,
-)
-from tuner.hardware import hardware_fingerprint
+from tuner.candidates import config_to_params, grid_configs, grid_params, params_to_config
+from tuner.context import JobContext
 from tuner.measure import load_all_prompts
-from tuner.pareto import feasible, job_report, score
 from tuner.search._classes import canonical, kv_need_tokens
-from tuner.search._guide import (
-    Proposal,
-    family_key,
-    family_memory,
-    predicted_points,
-    prediction_note,
-    propose,
-)
-from tuner.space import SearchSpace
-from tuner.storage import Store, space_of_job
+from tuner.search._guide import Proposal, family_key, predicted_points, propose
+from tuner.search._predicted import PredictedPoint
+from tuner.search._pruner import DominancePruner, objective_points
+from tuner.search._snapshot import JobTrials
+from tuner.search._start import StartPoints
+from tuner.storage import TrialState
 from tuner.workloads import Prompt, WorkloadError
 
-__all__ = ["SearchStrategy", "dominated_by", "interval_text"]
+__all__ = ["GUIDE_ATTR", "SearchStrategy"]
 
 GUIDE_ATTR = "spectune_search"  # Optuna user attribute carrying a guided trial's note
-
-
-def _bound(m: dict[str, Any], name: str, which: str) -> float | None:
-    st = (m.get("stats") or {}).get(name)
-    if st and st.get("n", 1) >= 2:
-        return st[which]
-    return m.get(name)
-
-
-def dominated_by(
-    m: dict[str, Any], other: dict[str, Any], objectives: list[tuple[str, str]]
-) -> bool:
-    """True when ``other`` beats ``m`` on every objective even with ``m`` at the favourable
-    end of its 95% interval and ``other`` at its unfavourable end (strictly on one)."""
-    strict = False
-    for name, direction in objectives:
-        maximize = direction == "maximize"
-        mine = _bound(m, name, "ci95_high" if maximize else "ci95_low")
-        theirs = _bound(other, name, "ci95_low" if maximize else "ci95_high")
-        if mine is None or theirs is None:
-            return False
-        if maximize:
-            if theirs < mine:
-                return False
-            strict = strict or theirs > mine
-        else:
-            if theirs > mine:
-                return False
-            strict = strict or theirs < mine
-    return strict
-
-
-def interval_text(m: dict[str, Any], objectives: list[tuple[str, str]]) -> str:
-    parts = []
-    for name, _ in objectives:
-        lo, hi = _bound(m, name, "ci95_low"), _bound(m, name, "ci95_high")
-        if lo is None or hi is None:
-            parts.append(f"{name} {m.get(name)}")
-        else:
-            parts.append(f"{name} {m.get(name, float('nan')):.2f} [{lo:.2f}-{hi:.2f}]")
-    return ", ".join(parts)
 
 
 class SearchStrategy:
     """One job's strategy; reads what the job measured so far from the store."""
 
-    def __init__(
-        self,
-        store: Store,
-        job_id: int,
-        space: SearchSpace,
-        n_trials: int,
-        prompts: dict[str, list[Prompt]] | None = None,
-    ) -> None:
-        self.store, self.job_id, self.space, self.n_trials = store, job_id, space, n_trials
-        self.objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
+    def __init__(self, ctx: JobContext, prompts: dict[str, list[Prompt]] | None = None) -> None:
+        self.ctx = ctx
+        self.store, self.job_id, self.space = ctx.store, ctx.job_id, ctx.space
+        self.objectives = [(o.metric, o.resolved_direction) for o in self.space.objectives]
         self._prompts = prompts  # the job's, already read; read here only when asked for
+        self.start = StartPoints(ctx)
+        self.pruner = DominancePruner(self.space)
+        self.trials = JobTrials(self.store, self.job_id, self.space, lambda: self.need_tokens)
 
     @functools.cached_property
     def need_tokens(self) -> int | None:
@@ -128,8 +71,7 @@ class SearchStrategy:
         """The member of ``params``' class the job launches, and why it is another one."""
         if self.space.search != "guided":
             return dict(params), []
-        rows = self.store.trials(self.job_id, launched_only=True)
-        measured = [(dict(r.params), r.kv_cache_tokens) for r in rows]
+        measured = self.trials.current().measured()
         return canonical(params, self.space, self.need_tokens, measured)
 
     def propose(self, study: optuna.Study) -> Proposal | None:
@@ -139,9 +81,8 @@ class SearchStrategy:
         waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         if waiting:
             return None  # start points and neighbours first
-        rows = self.store.trials(self.job_id)
-        memory = family_memory(self.space, rows, self.need_tokens)
-        prop = propose(self.space, rows, memory, self.grid)
+        snap = self.trials.current()
+        prop = propose(self.space, snap.rows, snap.memory, self.grid)
         if prop is None:
             return None
         d = config_to_params(prop.params, self.space)
@@ -151,125 +92,42 @@ class SearchStrategy:
         study.enqueue_trial(d, user_attrs={GUIDE_ATTR: note})
         return prop
 
-    def predictions(self) -> list[dict[str, Any]]:
+    def predictions(self) -> list[PredictedPoint]:
         """The depth model's predictions for every unlaunched depth of the launched
         proposers, at the objective point: for people to see, never a measurement."""
-        rows = self.store.trials(self.job_id)
-        memory = family_memory(self.space, rows, self.need_tokens)
-        level = f"{self.space.primary_workload}@{self.space.primary_concurrency}"
-        return [
-            {
-                "params": c,
-                "level": level,
-                "metrics": p.metrics,
-                "rel_sigma": p.rel_sigma,
-                "basis": list(p.basis),
-                "notes": list(p.notes),
-            }
-            for c, p in predicted_points(self.space, rows, memory, self.grid)
-        ]
+        snap = self.trials.current()
+        return predicted_points(self.space, snap.rows, snap.memory, self.grid)
 
     def prediction_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
         """The depth model's prediction for a configuration about to launch (whoever
-        proposed it), or None when its proposer has not been launched yet."""
+        proposed it), as stored beside it; None when its proposer has not been launched."""
         if self.space.search != "guided" or params.get("method") in (None, "none"):
             return None
-        rows = self.store.trials(self.job_id)
-        memory = family_memory(self.space, rows, self.need_tokens)
         fk, k = family_key(params), params.get("num_speculative_tokens")
-        level = (self.space.primary_workload, self.space.primary_concurrency)
-        for c, p in predicted_points(self.space, rows, memory, self.grid):
-            if family_key(c) == fk and c["num_speculative_tokens"] == k:
-                return prediction_note(p, self.space.objectives[0].metric, level)
+        for p in self.predictions():
+            if family_key(p.params) == fk and p.params["num_speculative_tokens"] == k:
+                return p.note(self.space.objectives[0].metric)
         return None
 
     # ------------------------------------------------------------------ where to start
 
     def initial_params(self) -> list[tuple[dict[str, Any], bool]]:
         """(Optuna parameters, skip if already queued) in the order a new job enqueues them."""
-        out = [(baseline_params(self.space), False)]
-        for target in other_targets(self.space):  # its own baseline, before any trial on it
-            out.append((baseline_params(self.space, target), False))
-        out += [(p, True) for p in start_params(self.space)]
-        if self.space.search == "guided":
-            # The most KV cache the space allows, unless the point says otherwise: a baseline
-            # (or start point) short of KV cache preempts and flatters every comparison.
-            said = [sp.memory_fraction for sp in self.space.start_with]
-            top = self.space.memory_fraction[-1]
-            for i, (p, _) in enumerate(out):
-                sp_i = i - 1 - len(other_targets(self.space))
-                if sp_i < 0 or said[sp_i] is None:
-                    p["memory_fraction"] = top
-        out += [(p, True) for p in self.warm_start_params()]
-        return out
+        return self.start.initial_params()
 
     def warm_start_params(self) -> list[dict[str, Any]]:
-        """The best configurations of earlier succeeded jobs on the same target, engine kind,
-        device and hardware, that lie in this space (best first). A replayed job is never a
-        hint: its numbers were not measured on this machine."""
-        space = self.space
-        if space.warm_start <= 0:
-            return []
-        me = (
-            space.resolve(space.engine.model),
-            space.engine.kind,
-            hardware_fingerprint(space.engine.device),
-        )
-        earlier = []
-        for j in self.store.succeeded_jobs(except_job=self.job_id):
-            try:
-                js = space_of_job(j)
-            except ValueError:  # SpaceError included
-                continue  # a job stored by an older schema: not a safe hint
-            key = (js.resolve(js.engine.model), js.engine.kind, j.space.get("hardware"))
-            if key == me and js.engine.surface is None:
-                earlier.append(j.job_id)
-        ranked: list[tuple[float, dict[str, Any]]] = []
-        for jid in earlier:
-            rep = job_report(self.store, jid)
-            name, direction = rep.objectives[0]
-            sign = -1.0 if direction == "maximize" else 1.0
-            ranked += [(sign * score(p, name), p.params) for p in rep.front if p.method != "none"]
-        out: list[dict[str, Any]] = []
-        for _, c in sorted(ranked, key=lambda x: x[0]):
-            d = config_to_params(c, space)
-            if d is not None and d not in out:
-                out.append(d)
-            if len(out) >= space.warm_start:
-                break
-        return out
+        """The best configurations of earlier jobs like this one (``StartPoints``)."""
+        return self.start.warm_start_params()
 
     # ------------------------------------------------------------------ pruning
 
-    def objective_points(self, model: str) -> list[tuple[int, dict, dict, float | None]]:
-        """(number, params, metrics, greedy match) of each complete, launched trial on one
-        target, at the objective point (first workload, objective concurrency)."""
-        point = (self.space.primary_workload, self.space.primary_concurrency)
-        rows = self.store.trials(self.job_id, states=("complete",), launched_only=True)
-        return [
-            (r.number, dict(r.params), dict(m.metrics), r.lossless_match_rate)
-            for r in rows
-            if r.engine_config.get("model") == model  # another target is never compared
-            for m in r.measurements
-            if (m.workload, m.concurrency) == point
-        ]
-
     def prune_check(self, m: dict[str, Any], model: str) -> str | None:
         """Evidence that the objective point is clearly dominated by a feasible trial
-        already measured in this job on the same target, or None."""
-        limits = self.space.slo.limits()
-        ll = self.space.lossless
-        min_match = ll.min_match_rate if ll.enabled else None
-        for number, _, om, rate in self.objective_points(model):
-            ok, _ = feasible(om, limits, lossless_match_rate=rate, min_match_rate=min_match)
-            if ok and dominated_by(m, om, self.objectives):
-                return (
-                    f"pruned after concurrency {self.space.primary_concurrency}: "
-                    f"{interval_text(m, self.objectives)} is dominated by trial {number} "
-                    f"({interval_text(om, self.objectives)}) even at the favourable end of its "
-                    "95% interval; the other levels and the lossless check were skipped"
-                )
-        return None
+        already measured in this job on the same target, or None. Read afresh: another
+        worker's trial may have completed while this one was measured."""
+        complete = (TrialState.COMPLETE,)
+        rows = self.store.trials(self.job_id, states=complete, launched_only=True)
+        return self.pruner.evidence(m, objective_points(rows, self.space, model))
 
     # ------------------------------------------------------------------ repeated proposals
 
@@ -277,8 +135,9 @@ class SearchStrategy:
         """The best configuration measured so far on the first objective (engine.model)."""
         o = self.space.objectives[0]
         sign = -1.0 if o.resolved_direction == "maximize" else 1.0
+        model = self.space.resolve(self.space.engine.model)
         best: tuple[float, dict[str, Any]] | None = None
-        for _, params, m, _ in self.objective_points(self.space.resolve(self.space.engine.model)):
+        for _, params, m, _ in objective_points(self.trials.current().rows, self.space, model):
             v = (m.get("score") or {}).get(o.metric, m.get(o.metric))
             if v is not None and (best is None or sign * v < best[0]):
                 best = (sign * float(v), params)
@@ -289,17 +148,17 @@ class SearchStrategy:
         unmeasured one (fewest parameters changed, ties broken by the job's seed), around the
         incumbent: the sampler repeating itself has little new to say, and one-parameter
         moves from the best point are what an engineer would try next."""
-        if trial.number + 1 >= self.n_trials:
+        if trial.number + 1 >= self.ctx.n_trials:
             return  # no trial left to use it (a waiting trial would outlive the job)
         space = self.space
-        seen = {json.dumps(r, sort_keys=True) for r in self.store.measured_params(self.job_id)}
+        snap = self.trials.current()
+        seen = {json.dumps(dict(r.params), sort_keys=True) for r in snap.rows}  # ran or runs
         waiting = (optuna.trial.TrialState.WAITING,)
         for t in trial.study.get_trials(deepcopy=False, states=waiting):
             fixed = t.system_attrs.get("fixed_params")
             if fixed:
                 seen.add(json.dumps(params_to_config(fixed, space), sort_keys=True))
-        rows = self.store.trials(self.job_id, launched_only=True)
-        measured = [(dict(r.params), r.kv_cache_tokens) for r in rows]
+        measured = snap.measured()
 
         def launched_as(p: dict[str, Any]) -> str:
             c, _ = canonical(params_to_config(p, space), space, self.need_tokens, measured)

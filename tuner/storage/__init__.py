@@ -1,7 +1,9 @@
-"""Persistent results: the ``Store`` (the only code that opens a database session), its
-SQLAlchemy models, the trial read model and the Alembic-managed schema."""
+"""Persistent results: the ``Store`` (the only code that opens a database session; each of
+its public methods retries a lost connection or says why not), its SQLAlchemy models, the
+trial read model and the Alembic-managed schema."""
 
-from tuner.storage._counts import ServiceCounts, service_counts
+from tuner.states import JOB_ENDED, TRIAL_FINISHED, JobState, TrialState
+from tuner.storage._counts import ServiceCounts
 from tuner.storage._db import (
     DEFAULT_DATABASE_URL,
     MIGRATIONS_DIR,
@@ -24,22 +26,39 @@ from tuner.storage._models import (
     TrialModel,
     utcnow,
 )
-from tuner.storage._records import TrialRecord, named_constraints, search_launch
-from tuner.storage._store import CancelResult, JobNotFound, Store, space_of_job, study_name_for
+from tuner.storage._records import (
+    TrialRecord,
+    named_constraints,
+    prediction_point,
+    read_search_note,
+    search_launch,
+)
+from tuner.storage._store import (
+    CancelResult,
+    JobNotFound,
+    Store,
+    create_token,
+    list_tokens,
+    revoke_token,
+    service_counts,
+    space_of_job,
+    study_name_for,
+    token_state,
+)
 from tuner.storage._tokens import (
     TOKEN_PREFIX,
     ApiTokenModel,
     TokenError,
     TokenInfo,
     TokenNotFound,
-    create_token,
-    list_tokens,
-    revoke_token,
-    token_state,
 )
-from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound, iter_points
+from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound
 
 __all__ = [
+    "JOB_ENDED",
+    "TRIAL_FINISHED",
+    "JobState",
+    "TrialState",
     "ServiceCounts",
     "service_counts",
     "TOKEN_PREFIX",
@@ -73,8 +92,9 @@ __all__ = [
     "ensure_schema",
     "get_engine",
     "head_revision",
-    "iter_points",
     "named_constraints",
+    "prediction_point",
+    "read_search_note",
     "search_launch",
     "space_of_job",
     "study_name_for",

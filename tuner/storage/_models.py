@@ -20,6 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from tuner.states import JobState, TrialState
+
 __all__ = ["Base", "JobModel", "MeasurementModel", "ReferenceModel", "TrialModel", "utcnow"]
 
 
@@ -43,7 +45,7 @@ class JobModel(Base):
     job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     study_name: Mapped[str] = mapped_column(String(200), unique=True)
-    state: Mapped[str] = mapped_column(String(20), default="queued")
+    state: Mapped[str] = mapped_column(String(20), default=JobState.QUEUED)
     space: Mapped[dict[str, Any]] = mapped_column(JSON)
     space_yaml: Mapped[str | None] = mapped_column(Text, nullable=True)
     n_trials: Mapped[int] = mapped_column(Integer)
@@ -85,7 +87,7 @@ class TrialModel(Base):
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("spectune_jobs.job_id", ondelete="CASCADE"))
     number: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(20), default="running")
+    state: Mapped[str] = mapped_column(String(20), default=TrialState.RUNNING)
     method: Mapped[str] = mapped_column(String(40))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -16,13 +16,15 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from tuner.errors import NotFound
+from tuner.states import JobState
 from tuner.storage._models import JobModel, TrialModel, utcnow
 from tuner.storage._retry import retry_db
 
 __all__ = ["CancelResult", "JobNotFound", "QueueQueries"]
 
 
-class JobNotFound(LookupError):
+class JobNotFound(NotFound):
     """No job with that id in this database (the one way a missing job is reported)."""
 
 
@@ -40,9 +42,9 @@ def _claimable(stale_before: Any) -> Any:
     return and_(
         JobModel.for_worker.is_(True),
         or_(
-            JobModel.state == "queued",
+            JobModel.state == JobState.QUEUED,
             and_(
-                JobModel.state == "running",
+                JobModel.state == JobState.RUNNING,
                 JobModel.claimed_by.is_not(None),
                 JobModel.heartbeat_at < stale_before,
             ),
@@ -53,6 +55,7 @@ def _claimable(stale_before: Any) -> Any:
 class QueueQueries:
     session: Callable[[], AbstractContextManager[Session]]
 
+    @retry_db
     def job_by_idempotency_key(self, key: str) -> tuple[int, str | None] | None:
         with self.session() as s:
             row = s.execute(
@@ -62,6 +65,7 @@ class QueueQueries:
             ).first()
         return None if row is None else (row[0], row[1])
 
+    @retry_db
     def release_to_workers(self, job_id: int, *, key: str | None, digest: str) -> None:
         """Make a job visible to workers (after its study exists), with its idempotency key."""
         with self.session() as s:
@@ -94,13 +98,14 @@ class QueueQueries:
                 res = s.execute(
                     update(JobModel)
                     .where(JobModel.job_id == job_id, _claimable(stale_before))
-                    .values(state="running", claimed_by=worker_id, heartbeat_at=utcnow())
+                    .values(state=JobState.RUNNING, claimed_by=worker_id, heartbeat_at=utcnow())
                     .execution_options(synchronize_session=False)
                 )
                 if res.rowcount == 1:
                     return job_id
         return None
 
+    @retry_db
     def joinable_job(self, *, stale_after_s: float = 60.0) -> int | None:
         """The oldest running API job another worker may help with: its owner is alive
         (fresh heartbeat), it has started (its first trial row exists, so the owner has
@@ -112,7 +117,7 @@ class QueueQueries:
                 select(JobModel.job_id)
                 .where(
                     JobModel.for_worker.is_(True),
-                    JobModel.state == "running",
+                    JobModel.state == JobState.RUNNING,
                     JobModel.claimed_by.is_not(None),
                     JobModel.heartbeat_at >= fresh,
                     JobModel.cancel_requested.is_not(True),
@@ -174,27 +179,30 @@ class QueueQueries:
             ).first()
         return None if row is None else (row[0], bool(row[1]))
 
+    @retry_db
     def request_cancel(self, job_id: int) -> CancelResult:
         """Cancel a queued job at once; flag a running one for its worker."""
         with self.session() as s:
             res = s.execute(
                 update(JobModel)
-                .where(JobModel.job_id == job_id, JobModel.state == "queued")
+                .where(JobModel.job_id == job_id, JobModel.state == JobState.QUEUED)
                 .values(
-                    state="cancelled", finished_at=utcnow(), error="cancelled before it started"
+                    state=JobState.CANCELLED,
+                    finished_at=utcnow(),
+                    error="cancelled before it started",
                 )
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount == 1:
-                return CancelResult(True, True, "cancelled")
+                return CancelResult(True, True, JobState.CANCELLED)
             res = s.execute(
                 update(JobModel)
-                .where(JobModel.job_id == job_id, JobModel.state == "running")
+                .where(JobModel.job_id == job_id, JobModel.state == JobState.RUNNING)
                 .values(cancel_requested=True)
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount == 1:
-                return CancelResult(True, True, "running")
+                return CancelResult(True, True, JobState.RUNNING)
             state = s.scalar(select(JobModel.state).where(JobModel.job_id == job_id))
         return CancelResult(state is not None, False, state)
 
@@ -218,11 +226,11 @@ class QueueQueries:
                 return False
             requeued = (
                 requeue_if_stopped
-                and job.state in ("running", "cancelled")
+                and job.state in (JobState.RUNNING, JobState.CANCELLED)
                 and not job.cancel_requested
             )
             if requeued:
-                job.state = "queued"
+                job.state = JobState.QUEUED
                 job.error = None
                 job.finished_at = None
             job.claimed_by = None

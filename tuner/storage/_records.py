@@ -10,9 +10,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
-__all__ = ["RecordQueries", "TrialRecord", "named_constraints", "search_launch"]
+from tuner.states import TrialState
+from tuner.storage._retry import retry_db
+
+__all__ = [
+    "RecordQueries",
+    "TrialRecord",
+    "named_constraints",
+    "prediction_point",
+    "read_search_note",
+    "search_launch",
+]
 
 # Optuna 5 keeps each constraint of a trial under its own system attr, ``constraints:<name>``.
 _CONSTRAINT_PREFIX = "constraints:"
@@ -22,6 +32,40 @@ def search_launch(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
     """The numbers of the launch the search made: a confirmed trial's are the second
     launch's, and the confirmation keeps the first's under ``search``."""
     return metrics.get("search") or metrics
+
+
+def prediction_point(pred: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(workload, concurrency) a stored prediction was made for, or None when it does not
+    say. Notes stored before these two fields hold only ``level`` (``"chat@1"``): this is the
+    one place that parses it."""
+    wl, conc = pred.get("workload"), pred.get("concurrency")
+    if wl is not None and conc is not None:
+        return str(wl), int(conc)
+    level = pred.get("level")
+    if not isinstance(level, str) or "@" not in level:
+        return None
+    wl, _, conc = level.rpartition("@")
+    try:
+        return wl, int(conc)
+    except ValueError:
+        return None
+
+
+def read_search_note(search: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A trial's stored search note as readers get it: its prediction's point as
+    ``workload`` and ``concurrency`` whatever version stored it, and ``level``
+    (``workload@concurrency``) derived from them for the API's earlier readers."""
+    if search is None:
+        return None
+    pred = search.get("predicted")
+    point = prediction_point(pred) if isinstance(pred, Mapping) else None
+    if point is None:
+        return dict(search)
+    wl, conc = point
+    return {
+        **search,
+        "predicted": {**pred, "workload": wl, "concurrency": conc, "level": f"{wl}@{conc}"},
+    }
 
 
 def named_constraints(system_attrs: Mapping[str, Any]) -> dict[str, float]:
@@ -70,6 +114,11 @@ class TrialRecord(BaseModel):
         "measurement) and class (what was proposed, when launched as its class's member)",
     )
 
+    @field_validator("search")
+    @classmethod
+    def _typed_prediction(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return read_search_note(v)
+
     @computed_field(
         description="measured (by the launch it was predicted for) minus predicted first "
         "objective, % of predicted"
@@ -78,7 +127,7 @@ class TrialRecord(BaseModel):
         pred = (self.search or {}).get("predicted") or {}
         v, name = pred.get("value"), pred.get("objective")
         got = search_launch(self.metrics).get(name) if name else None  # the launch it priced
-        if not v or got is None or self.state not in ("complete", "pruned"):
+        if not v or got is None or self.state not in (TrialState.COMPLETE, TrialState.PRUNED):
             return None
         return 100.0 * (float(got) - float(v)) / float(v)
 
@@ -113,6 +162,7 @@ class RecordQueries:
     trials: Callable[..., list[Any]]
     load_study: Callable[..., optuna.Study]
 
+    @retry_db
     def trial_records(self, job_id: int) -> list[TrialRecord]:
         """Every trial of the job (waiting ones too), by number; JobNotFound if none."""
         space = self.space(job_id)

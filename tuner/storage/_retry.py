@@ -23,7 +23,7 @@ from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-__all__ = ["RETRY_FOR_S", "ResilientRDBStorage", "is_disconnect", "retry_db"]
+__all__ = ["RETRY_FOR_S", "ResilientRDBStorage", "is_disconnect", "no_retry", "retry_db"]
 
 log = logging.getLogger("spectune.storage")
 
@@ -69,35 +69,44 @@ def retry_db(fn: Callable[P, R]) -> Callable[P, R]:
                 time.sleep(wait)
                 wait = min(2 * wait, _MAX_WAIT_S)
 
+    wrapper.__retry_db__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
-# Optuna storage methods retried after a lost connection. Reads are safe to repeat; so are the
-# writes below, except that a repeated finishing write may find its first attempt applied.
-_RETRIED = (
-    "get_study_id_from_name",
-    "get_study_directions",
-    "get_study_user_attrs",
-    "get_study_system_attrs",
-    "get_trial",
-    "get_all_trials",
-    "get_n_trials",
-    "get_trial_id_from_study_id_trial_number",
-    "get_best_trial",
-    "create_new_trial",
-    "set_trial_param",
-    "set_trial_intermediate_value",
-    "set_trial_user_attr",
-    "set_trial_system_attr",
-    "_get_stale_trial_ids",
-    "unbeaten_trial_ids",
-)
+def no_retry(fn: Callable[P, R]) -> Callable[P, R]:
+    """Marks a ``Store`` method tried once on purpose (its docstring says why). Every public
+    method of the ``Store`` carries ``retry_db`` or this, so a new one states its choice
+    (tests/storage checks it)."""
+    fn.__no_retry__ = True  # type: ignore[attr-defined]
+    return fn
 
 
 class ResilientRDBStorage(RDBStorage):
     """Optuna's RDB storage whose calls survive a database restart, and whose trial
     heartbeat never dies of one (Optuna's heartbeat thread ends at its first error, after
-    which the trial would look dead to the other workers while it still runs)."""
+    which the trial would look dead to the other workers while it still runs).
+
+    Retried after a lost connection: the reads, which are safe to repeat, and the writes
+    below, also safe except that a repeated finishing write may find its first attempt
+    applied (``set_trial_state_values`` handles that)."""
+
+    get_study_id_from_name = retry_db(RDBStorage.get_study_id_from_name)
+    get_study_directions = retry_db(RDBStorage.get_study_directions)
+    get_study_user_attrs = retry_db(RDBStorage.get_study_user_attrs)
+    get_study_system_attrs = retry_db(RDBStorage.get_study_system_attrs)
+    get_trial = retry_db(RDBStorage.get_trial)
+    get_all_trials = retry_db(RDBStorage.get_all_trials)
+    get_n_trials = retry_db(RDBStorage.get_n_trials)
+    get_trial_id_from_study_id_trial_number = retry_db(
+        RDBStorage.get_trial_id_from_study_id_trial_number
+    )
+    get_best_trial = retry_db(RDBStorage.get_best_trial)
+    create_new_trial = retry_db(RDBStorage.create_new_trial)
+    set_trial_param = retry_db(RDBStorage.set_trial_param)
+    set_trial_intermediate_value = retry_db(RDBStorage.set_trial_intermediate_value)
+    set_trial_user_attr = retry_db(RDBStorage.set_trial_user_attr)
+    set_trial_system_attr = retry_db(RDBStorage.set_trial_system_attr)
+    _get_stale_trial_ids = retry_db(RDBStorage._get_stale_trial_ids)
 
     def set_trial_state_values(
         self, trial_id: int, state: optuna.trial.TrialState, values: Any = None
@@ -116,6 +125,7 @@ class ResilientRDBStorage(RDBStorage):
 
         return retry_db(once)()
 
+    @retry_db
     def unbeaten_trial_ids(self, study_id: int, older_than_s: float) -> list[int]:
         """Running trials that never recorded a heartbeat and started over ``older_than_s``
         ago: Optuna's staleness check skips them, yet nobody runs them (a worker died
@@ -138,17 +148,3 @@ class ResilientRDBStorage(RDBStorage):
             retry_db(RDBStorage.record_heartbeat)(self, trial_id)
         except Exception:
             log.exception("trial id %s: heartbeat not recorded", trial_id)
-
-
-def _retrying(name: str) -> Callable[..., Any]:
-    base = getattr(ResilientRDBStorage, name)
-
-    def method(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
-        return retry_db(base)(self, *args, **kwargs)
-
-    method.__name__ = name
-    return method
-
-
-for _name in _RETRIED:
-    setattr(ResilientRDBStorage, _name, _retrying(_name))

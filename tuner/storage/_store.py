@@ -1,8 +1,12 @@
 """The one door to the database: a ``Store`` binds a URL once and owns every session.
 
 As Optuna's ``RDBStorage`` holds its scoped session and finders, ``Store`` holds ours: the
-finders raise one ``JobNotFound``, the writes of jobs, trials and references live here, and so
-does the one read model of a trial (``_records.py``). No other module opens a session.
+finders raise one ``JobNotFound``; the writes of jobs, trials, references and API tokens,
+the service's counts and the one read model of a trial (``_records.py``) are its methods
+(the mixins beside this module use ``Store.session``). No other module opens a session.
+
+Each public method states whether it rides out a database restart: ``retry_db`` (one short
+transaction, so trying again is safe) or ``no_retry`` (its docstring or comment says why).
 """
 
 from __future__ import annotations
@@ -19,14 +23,28 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from tuner.space import SearchSpace, parse_space
+from tuner.states import JobState
+from tuner.storage._counts import CountQueries, ServiceCounts
 from tuner.storage._db import ensure_schema, session_scope
 from tuner.storage._models import JobModel, ReferenceModel, utcnow
 from tuner.storage._queue import CancelResult, JobNotFound, QueueQueries
 from tuner.storage._records import RecordQueries
-from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, retry_db
+from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, no_retry, retry_db
+from tuner.storage._tokens import TokenInfo, TokenQueries
 from tuner.storage._trials import TrialQueries
 
-__all__ = ["CancelResult", "JobNotFound", "Store", "space_of_job", "study_name_for"]
+__all__ = [
+    "CancelResult",
+    "JobNotFound",
+    "Store",
+    "create_token",
+    "list_tokens",
+    "revoke_token",
+    "service_counts",
+    "space_of_job",
+    "study_name_for",
+    "token_state",
+]
 
 StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
@@ -43,7 +61,7 @@ def space_of_job(job: JobModel) -> SearchSpace:
     return parse_space(data, base_dir=base, source=f"(job {job.job_id})")
 
 
-class Store(TrialQueries, RecordQueries, QueueQueries):
+class Store(TrialQueries, RecordQueries, QueueQueries, TokenQueries, CountQueries):
     """SpecTune's tables and the Optuna studies beside them, in one database."""
 
     retry_for_s = RETRY_FOR_S  # how long a call waits for a restarting database server
@@ -54,16 +72,19 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
 
+    @no_retry  # the plumbing: its callers are the retried methods
     @contextmanager
     def session(self) -> Iterator[Session]:
         with session_scope(self.url) as s:
             yield s
 
+    @no_retry  # a migration runs once, under its own lock
     def ensure_schema(self) -> None:
         ensure_schema(self.url)
 
     # ------------------------------------------------------------------ studies
 
+    @no_retry  # builds the storage; its own calls retry (``ResilientRDBStorage``)
     def optuna_storage(
         self,
         *,
@@ -87,6 +108,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
                 heartbeat_stale_trial_callback=on_stale,
             )
 
+    @no_retry  # a caller's own storage decides (``optuna_storage``)
     def load_study(
         self,
         job_id: int,
@@ -99,6 +121,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
 
     # ------------------------------------------------------------------ jobs
 
+    @no_retry  # tried twice, a job and its study could be made twice
     def create_job(
         self,
         space: SearchSpace,
@@ -113,7 +136,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             job = JobModel(
                 name=space.name,
                 study_name=f"pending-{time.time_ns()}",
-                state="queued",
+                state=JobState.QUEUED,
                 space=data,
                 space_yaml=space_yaml,
                 n_trials=n_trials,
@@ -133,6 +156,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             raise
         return job_id
 
+    @no_retry  # undoes a half-made job; a second try could find another one's study
     def delete_job(self, job_id: int) -> None:
         """Remove a job and its study (one this process created but must not keep)."""
         try:
@@ -144,6 +168,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             if job is not None:
                 s.delete(job)
 
+    @retry_db
     def job(self, job_id: int, *, with_trials: bool = False) -> JobModel:
         """The job row, detached (with its trials loaded when asked); JobNotFound if none."""
         opts = [selectinload(JobModel.trials)] if with_trials else []
@@ -153,9 +178,11 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
                 raise JobNotFound(f"job {job_id} not found")
             return job
 
+    @retry_db
     def space(self, job_id: int) -> SearchSpace:
         return space_of_job(self.job(job_id))
 
+    @retry_db
     def list_jobs(
         self, *, offset: int = 0, limit: int | None = None, state: str | None = None
     ) -> tuple[list[JobModel], int]:
@@ -170,22 +197,25 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             rows = s.scalars(q.offset(offset).limit(limit)).all()
             return list(rows), total
 
+    @retry_db
     def succeeded_jobs(self, *, except_job: int) -> list[JobModel]:
         """Finished jobs other than ``except_job``, newest first (warm-start candidates)."""
         with self.session() as s:
             q = (
                 select(JobModel)
-                .where(JobModel.job_id != except_job, JobModel.state == "succeeded")
+                .where(JobModel.job_id != except_job, JobModel.state == JobState.SUCCEEDED)
                 .order_by(JobModel.job_id.desc())
             )
             return list(s.scalars(q).all())
 
+    @retry_db
     def latest_job_named(self, name: str) -> int | None:
         """The newest job with this name (a recorder resumes its own job)."""
         with self.session() as s:
             q = select(JobModel.job_id).where(JobModel.name == name)
             return s.scalars(q.order_by(JobModel.job_id.desc())).first()
 
+    @retry_db
     def set_trial_budget(self, job_id: int, n_trials: int) -> None:
         with self.session() as s:
             job = s.get(JobModel, job_id)
@@ -199,7 +229,7 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             job = s.get(JobModel, job_id)
             if job is None:
                 raise JobNotFound(f"job {job_id} not found")
-            job.state = "running"
+            job.state = JobState.RUNNING
             job.started_at = utcnow()
             return job
 
@@ -226,15 +256,18 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
 
     # ------------------------------------------------------------------ references
 
+    @retry_db
     def reference_names(self, job_id: int) -> set[str]:
         with self.session() as s:
             q = select(ReferenceModel.name).where(ReferenceModel.job_id == job_id)
             return set(s.scalars(q))
 
+    @retry_db
     def add_reference(self, row: ReferenceModel) -> None:
         with self.session() as s:
             s.add(row)
 
+    @retry_db
     def references(self, job_id: int) -> list[ReferenceModel]:
         with self.session() as s:
             q = (
@@ -245,24 +278,25 @@ class Store(TrialQueries, RecordQueries, QueueQueries):
             return list(s.scalars(q).all())
 
 
-# Every finder and write of the Store rides out a database restart (``retry_db``): one
-# short transaction each, so trying again is safe. Not the ones that create or delete a job
-# and its study together (tried twice, they could leave two), nor the plumbing.
-_NOT_RETRIED = {
-    "session",
-    "ensure_schema",
-    "create_job",
-    "delete_job",
-    "load_study",
-    "optuna_storage",
-}
-for _name, _fn in list(vars(Store).items()) + [
-    (n, f) for base in Store.__mro__[1:-1] for n, f in vars(base).items()
-]:
-    if (
-        callable(_fn)
-        and not _name.startswith("_")
-        and _name not in _NOT_RETRIED
-        and not hasattr(_fn, "__wrapped__")
-    ):
-        setattr(Store, _name, retry_db(_fn))
+# For callers that hold a URL, not a Store (the CLI's token commands, the API's auth check and
+# its metrics scrape): each is the Store's method of the same name.
+
+
+def create_token(url: str, name: str | None = None) -> tuple[TokenInfo, str]:
+    return Store(url).create_token(name)
+
+
+def list_tokens(url: str) -> list[TokenInfo]:
+    return Store(url).list_tokens()
+
+
+def revoke_token(url: str, name_or_id: str) -> TokenInfo:
+    return Store(url).revoke_token(name_or_id)
+
+
+def token_state(url: str, presented: str | None) -> tuple[bool, bool]:
+    return Store(url).token_state(presented)
+
+
+def service_counts(url: str) -> ServiceCounts:
+    return Store(url).service_counts()

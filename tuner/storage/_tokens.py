@@ -11,14 +11,16 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import DateTime, Integer, String, func, select
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from tuner.storage._db import session_scope
 from tuner.storage._models import Base, utcnow
+from tuner.storage._retry import no_retry
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -26,11 +28,8 @@ __all__ = [
     "TokenError",
     "TokenInfo",
     "TokenNotFound",
-    "create_token",
-    "list_tokens",
-    "revoke_token",
+    "TokenQueries",
     "token_digest",
-    "token_state",
 ]
 
 # Every generated token starts with this, so logs can be scrubbed of them by shape.
@@ -78,54 +77,64 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(url: str, name: str | None = None) -> tuple[TokenInfo, str]:
-    """A new token (info, the token itself); the token is not kept, only its digest."""
-    if name is not None and not TOKEN_NAME.fullmatch(name):
-        raise TokenError(f"--name: {name!r} must start with a letter, then letters, digits, ._-")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with session_scope(url) as s:
-        if name is None:
-            n = (s.scalar(select(func.max(ApiTokenModel.token_id))) or 0) + 1
-            name = f"token-{n}"
-        if s.scalar(select(ApiTokenModel.token_id).where(ApiTokenModel.name == name)):
-            raise TokenError(f"--name: a token named {name!r} already exists")
-        row = ApiTokenModel(name=name, sha256=token_digest(token), created_at=utcnow())
-        s.add(row)
-        s.flush()
-        return _info(row), token
+class TokenQueries:
+    """Mixin of ``Store`` (which supplies ``session()``). Tried once: a token write tried
+    again after a lost connection could report a name its first attempt took, and a request's
+    auth check answers now rather than after the store's long retry."""
 
+    session: Callable[[], AbstractContextManager[Session]]
 
-def list_tokens(url: str) -> list[TokenInfo]:
-    with session_scope(url) as s:
-        return [_info(r) for r in s.scalars(select(ApiTokenModel).order_by("token_id"))]
-
-
-def revoke_token(url: str, name_or_id: str) -> TokenInfo:
-    """Revoke by name, or by id when given digits; effective on the next request."""
-    with session_scope(url) as s:
-        q = select(ApiTokenModel).where(ApiTokenModel.name == name_or_id)
-        row = s.scalars(q).first()
-        if row is None and name_or_id.isdigit():
-            row = s.get(ApiTokenModel, int(name_or_id))
-        if row is None:
-            raise TokenNotFound(f"no token named or numbered {name_or_id!r}")
-        if row.revoked_at is None:
-            row.revoked_at = utcnow()
-        return _info(row)
-
-
-def token_state(url: str, presented: str | None) -> tuple[bool, bool]:
-    """(any token was ever created here, ``presented`` is an active one), in one session.
-
-    The digest is looked up by equality and compared again in constant time."""
-    digest = token_digest(presented) if presented else ""
-    with session_scope(url) as s:
-        exists = s.scalar(select(ApiTokenModel.token_id).limit(1)) is not None
-        if not exists or not presented:
-            return exists, False
-        row = s.scalars(
-            select(ApiTokenModel).where(
-                ApiTokenModel.sha256 == digest, ApiTokenModel.revoked_at.is_(None)
+    @no_retry
+    def create_token(self, name: str | None = None) -> tuple[TokenInfo, str]:
+        """A new token (info, the token itself); the token is not kept, only its digest."""
+        if name is not None and not TOKEN_NAME.fullmatch(name):
+            raise TokenError(
+                f"--name: {name!r} must start with a letter, then letters, digits, ._-"
             )
-        ).first()
-        return True, row is not None and hmac.compare_digest(row.sha256, digest)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        with self.session() as s:
+            if name is None:
+                n = (s.scalar(select(func.max(ApiTokenModel.token_id))) or 0) + 1
+                name = f"token-{n}"
+            if s.scalar(select(ApiTokenModel.token_id).where(ApiTokenModel.name == name)):
+                raise TokenError(f"--name: a token named {name!r} already exists")
+            row = ApiTokenModel(name=name, sha256=token_digest(token), created_at=utcnow())
+            s.add(row)
+            s.flush()
+            return _info(row), token
+
+    @no_retry
+    def list_tokens(self) -> list[TokenInfo]:
+        with self.session() as s:
+            return [_info(r) for r in s.scalars(select(ApiTokenModel).order_by("token_id"))]
+
+    @no_retry
+    def revoke_token(self, name_or_id: str) -> TokenInfo:
+        """Revoke by name, or by id when given digits; effective on the next request."""
+        with self.session() as s:
+            q = select(ApiTokenModel).where(ApiTokenModel.name == name_or_id)
+            row = s.scalars(q).first()
+            if row is None and name_or_id.isdigit():
+                row = s.get(ApiTokenModel, int(name_or_id))
+            if row is None:
+                raise TokenNotFound(f"no token named or numbered {name_or_id!r}")
+            if row.revoked_at is None:
+                row.revoked_at = utcnow()
+            return _info(row)
+
+    @no_retry
+    def token_state(self, presented: str | None) -> tuple[bool, bool]:
+        """(any token was ever created here, ``presented`` is an active one), in one session.
+
+        The digest is looked up by equality and compared again in constant time."""
+        digest = token_digest(presented) if presented else ""
+        with self.session() as s:
+            exists = s.scalar(select(ApiTokenModel.token_id).limit(1)) is not None
+            if not exists or not presented:
+                return exists, False
+            row = s.scalars(
+                select(ApiTokenModel).where(
+                    ApiTokenModel.sha256 == digest, ApiTokenModel.revoked_at.is_(None)
+                )
+            ).first()
+            return True, row is not None and hmac.compare_digest(row.sha256, digest)

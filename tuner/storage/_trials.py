@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from tuner.errors import NotFound
+from tuner.states import TRIAL_FINISHED, TrialState
 from tuner.storage._models import MeasurementModel, TrialModel, utcnow
 from tuner.storage._retry import retry_db
 
@@ -17,8 +20,8 @@ __all__ = ["LOG_TAIL_CHARS", "TrialNotFound", "TrialQueries"]
 LOG_TAIL_CHARS = 4000  # what a failed trial keeps of its engine log
 
 
-class TrialNotFound(LookupError):
-    pass
+class TrialNotFound(NotFound):
+    """No trial with that number in the job."""
 
 
 def _load(rows: Iterable[TrialModel]) -> list[TrialModel]:
@@ -57,7 +60,7 @@ class TrialQueries:
             row = TrialModel(
                 job_id=job_id,
                 number=number,
-                state="running",
+                state=TrialState.RUNNING,
                 method=method,
                 params=params,
                 engine_config=engine_config,
@@ -87,7 +90,7 @@ class TrialQueries:
             row = s.get(TrialModel, trial_id)
             if row is None:
                 raise TrialNotFound(f"trial id {trial_id} not found")
-            if row.state != "running":
+            if row.state != TrialState.RUNNING:
                 return row.state == state and bool(row.measurements or not measurements)
             for m in measurements:
                 row.measurements.append(
@@ -135,12 +138,14 @@ class TrialQueries:
                 row.log_path = log_path
             row.finished_at = utcnow()
 
+    @retry_db
     def set_trial_log(self, trial_id: int, log_path: str) -> None:
         with self.session() as s:
             row = s.get(TrialModel, trial_id)
             if row is not None:
                 row.log_path = log_path
 
+    @retry_db
     def trials(
         self,
         job_id: int,
@@ -158,6 +163,23 @@ class TrialQueries:
         with self.session() as s:
             return _load(s.scalars(q).all())
 
+    @retry_db
+    def trials_version(self, job_id: int) -> tuple[int, int, datetime | None]:
+        """(rows, finished rows, latest finish) of a job's trials, one cheap count. Rows are
+        only added, and each moves once from running to a finished state with its results
+        (every state write stamps ``finished_at``), so what a reader derived from ``trials``
+        stays true while this does not change: the search reads a job's trials once per
+        trial this way."""
+        q = select(
+            func.count(TrialModel.trial_id),
+            func.count(TrialModel.finished_at),
+            func.max(TrialModel.finished_at),
+        ).where(TrialModel.job_id == job_id)
+        with self.session() as s:
+            n, finished, latest = s.execute(q).one()
+        return int(n), int(finished), latest
+
+    @retry_db
     def trial(self, job_id: int, number: int) -> TrialModel:
         q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.number == number)
         with self.session() as s:
@@ -166,6 +188,7 @@ class TrialQueries:
                 raise TrialNotFound(f"trial {number} of job {job_id} not found")
             return _load([row])[0]
 
+    @retry_db
     def previous_run(self, job_id: int, engine_key: str, before: int) -> TrialModel | None:
         """The last trial before ``before`` that ran this engine configuration and says
         something about it (an interrupted or cancelled one does not)."""
@@ -175,7 +198,7 @@ class TrialQueries:
                 TrialModel.job_id == job_id,
                 TrialModel.engine_key == engine_key,
                 TrialModel.number < before,
-                TrialModel.state.in_(["complete", "fail", "pruned"]),
+                TrialModel.state.in_(sorted(TRIAL_FINISHED)),
                 TrialModel.reused_from.is_(None),
             )
             .order_by(TrialModel.number)
@@ -184,6 +207,7 @@ class TrialQueries:
             rows = [r for r in s.scalars(q) if r.fail_reason not in ("interrupted", "cancelled")]
             return _load(rows[-1:])[0] if rows else None
 
+    @retry_db
     def baseline_greedy(self, job_id: int, model: str) -> list[Any] | None:
         """Greedy token ids of the first baseline served from ``model``."""
         q = (
@@ -199,15 +223,17 @@ class TrialQueries:
             row = next((r for r in s.scalars(q) if r.engine_config.get("model") == model), None)
             return row.greedy_token_ids if row is not None else None
 
+    @retry_db
     def measured_params(self, job_id: int) -> list[dict[str, Any]]:
         """Parameters of every trial that ran or runs (a waiting one has none yet)."""
         q = select(TrialModel.params).where(
             TrialModel.job_id == job_id,
-            TrialModel.state.in_(["complete", "fail", "pruned", "running"]),
+            TrialModel.state.in_(list(TrialState)),
         )
         with self.session() as s:
             return [dict(r) for r in s.scalars(q).all()]
 
+    @retry_db
     def replace_measurements(
         self,
         job_id: int,
@@ -236,16 +262,19 @@ class TrialQueries:
     ) -> None:
         """Rows left ``running`` by a worker that died become failed (``interrupted``):
         those of ``numbers``, or all of the job's."""
-        q = select(TrialModel).where(TrialModel.job_id == job_id, TrialModel.state == "running")
+        q = select(TrialModel).where(
+            TrialModel.job_id == job_id, TrialModel.state == TrialState.RUNNING
+        )
         if numbers is not None:
             q = q.where(TrialModel.number.in_(list(numbers)))
         with self.session() as s:
             for r in s.scalars(q).all():
-                r.state = "fail"
+                r.state = TrialState.FAIL
                 r.fail_reason = "interrupted"
                 r.fail_detail = detail or "its worker stopped before the trial finished"
                 r.finished_at = utcnow()
 
+    @retry_db
     def trial_state(self, job_id: int, number: int) -> str | None:
         """The stored state of one trial row, None when it has none yet."""
         q = select(TrialModel.state).where(
@@ -253,10 +282,3 @@ class TrialQueries:
         )
         with self.session() as s:
             return s.scalars(q).first()
-
-
-def iter_points(rows: Iterable[TrialModel]) -> Iterator[tuple[TrialModel, dict[str, Any]]]:
-    """(row, stored metrics) for every measured point of detached rows."""
-    for r in rows:
-        for m in r.measurements:
-            yield r, dict(m.metrics)

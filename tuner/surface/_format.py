@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.space import SearchSpace, parse_space
+from tuner.states import TrialState
 from tuner.storage import Store
 
 __all__ = [
@@ -118,19 +119,20 @@ def _rows_of_job(store: Store, job_id: int) -> tuple[dict[str, Any], list[dict[s
         raise SurfaceError(f"job {job_id} was a replay: a surface is recorded from real runs")
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for t in store.trials(job_id, states=("complete", "fail"), launched_only=True):
-        if t.state == "fail" and t.fail_reason in ("interrupted", "cancelled"):
+    finished = (TrialState.COMPLETE, TrialState.FAIL)
+    for t in store.trials(job_id, states=finished, launched_only=True):
+        if t.state == TrialState.FAIL and t.fail_reason in ("interrupted", "cancelled"):
             continue  # not an outcome of the configuration
         key = config_key(t.params)
         if key in seen:
             continue
         seen.add(key)
-        if t.state == "fail":
+        if t.state == TrialState.FAIL:
             detail = (t.fail_detail or "")[-2000:]
             rows.append(
                 {
                     "config": t.params,
-                    "state": "fail",
+                    "state": TrialState.FAIL,
                     "fail_reason": t.fail_reason,
                     "fail_detail": detail,
                 }
@@ -140,7 +142,7 @@ def _rows_of_job(store: Store, job_id: int) -> tuple[dict[str, Any], list[dict[s
             rows.append(
                 {
                     "config": t.params,
-                    "state": "complete",
+                    "state": TrialState.COMPLETE,
                     "workload": m.workload,
                     "concurrency": m.concurrency,
                     "metrics": m.metrics,
@@ -233,17 +235,17 @@ def read_surface(path: str | Path) -> Surface:
             raise SurfaceError(f"{p}:{n}: config: missing or without a method")
         state = row.get("state")
         key = config_key(cfg)
-        if state == "fail":
+        if state == TrialState.FAIL:
             if key in points:
                 raise SurfaceError(f"{p}:{n}: config: failed row for a configuration already seen")
             points[key] = SurfacePoint(
                 cfg,
-                "fail",
+                TrialState.FAIL,
                 fail_reason=str(row.get("fail_reason")),
                 fail_detail=row.get("fail_detail"),
             )
             continue
-        if state != "complete":
+        if state != TrialState.COMPLETE:
             raise SurfaceError(f"{p}:{n}: state: expected 'complete' or 'fail', got {state!r}")
         for name in ("workload", "concurrency", "metrics"):
             if name not in row:
@@ -252,12 +254,12 @@ def read_surface(path: str | Path) -> Surface:
         if not isinstance(metrics, dict) or "output_tok_per_s" not in metrics:
             raise SurfaceError(f"{p}:{n}: metrics: must hold at least output_tok_per_s")
         old = points.get(key)
-        if old is not None and old.state == "fail":
+        if old is not None and old.state == TrialState.FAIL:
             raise SurfaceError(f"{p}:{n}: config: measured row for a configuration that failed")
         if old is None:
             old = SurfacePoint(
                 cfg,
-                "complete",
+                TrialState.COMPLETE,
                 {},
                 startup_s=row.get("startup_s"),
                 kv_cache_tokens=row.get("kv_cache_tokens"),

@@ -15,6 +15,7 @@ from typing import Any
 from tuner.engines import FAIL_REASONS, EngineConfig, EngineLaunchError
 from tuner.measure import (
     LosslessCheck,
+    Measured,
     Measurer,
     OnLaunch,
     PruneCheck,
@@ -23,6 +24,7 @@ from tuner.measure import (
     point_order,
 )
 from tuner.space import SearchSpace
+from tuner.states import TrialState
 from tuner.surface._format import Surface, read_surface
 
 __all__ = ["ReplayEngine", "ReplayMeasurer", "ReplayMiss"]
@@ -40,15 +42,13 @@ class ReplayEngine:
     def open(cls, path: str | Path) -> ReplayEngine:
         return cls(read_surface(path))
 
-    def measure(
-        self, config: dict[str, Any], levels: list[tuple[str, int]]
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def measure(self, config: dict[str, Any], levels: list[tuple[str, int]]) -> Measured:
         """The recorded measurements of ``config`` at ``levels``, in that order, and the
         launch facts (start-up time, KV-cache tokens, peak RSS, greedy match)."""
         pt = self.surface.lookup(config)
         if pt is None:
             raise ReplayMiss(f"configuration {config} is not in the surface {self.surface.path}")
-        if pt.state == "fail":
+        if pt.state == TrialState.FAIL:
             reason = pt.fail_reason if pt.fail_reason in FAIL_REASONS else "crash"
             raise EngineLaunchError(
                 reason,  # type: ignore[arg-type]
@@ -64,14 +64,13 @@ class ReplayEngine:
                     f"concurrency {level} in {self.surface.path}"
                 )
             out.append({**m, "replay": str(self.surface.path)})
-        extra = {
-            "startup_s": pt.startup_s,
-            "kv_cache_tokens": pt.kv_cache_tokens,
-            "peak_rss_mb": pt.peak_rss_mb,
-            "lossless_match_rate": pt.lossless_match_rate,
-            "log_path": None,
-        }
-        return out, extra
+        return Measured(
+            out,
+            startup_s=pt.startup_s,
+            kv_cache_tokens=pt.kv_cache_tokens,
+            peak_rss_mb=pt.peak_rss_mb,
+            lossless_match_rate=pt.lossless_match_rate,
+        )
 
 
 class ReplayMeasurer(Measurer):
@@ -92,19 +91,21 @@ class ReplayMeasurer(Measurer):
         prune: PruneCheck | None = None,
         lossless: LosslessCheck | None = None,
         confirm: bool = False,
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    ) -> Measured:
         if self._engine is None:
             self._engine = ReplayEngine.open(self.space.resolve(self.space.engine.surface or ""))
         try:
-            ms, extra = self._engine.measure(params, point_order(self.space))
+            got = self._engine.measure(params, point_order(self.space))
         except ReplayMiss as e:
             raise TrialFailed("not_recorded", str(e)) from None
         except EngineLaunchError as e:
             raise TrialFailed(e.reason, f"{e.message}\n{e.log_tail}") from None
-        self.on_launch(extra.get("startup_s") or 0.0, confirm)
+        self.on_launch(got.startup_s or 0.0, confirm)
         if prune is not None:
-            evidence = prune(ms[0])  # levels start with the objective point
+            evidence = prune(got.points[0])  # levels start with the objective point
             if evidence is not None:
-                keep = {k: extra.get(k) for k in ("startup_s", "kv_cache_tokens")}
-                raise Pruned(evidence, ms[:1], keep)
-        return ms, extra
+                kept = Measured(
+                    got.points[:1], startup_s=got.startup_s, kv_cache_tokens=got.kv_cache_tokens
+                )
+                raise Pruned(evidence, kept)
+        return got

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from tuner.api._deps import Authorized, JobId, StoreDep
 from tuner.api._openapi import AUTH, responses
+from tuner.api.schemas import ImportancePublic
 from tuner.api.services import importance
 
 router = APIRouter(
@@ -17,7 +18,7 @@ router = APIRouter(
 
 
 @router.get("")
-def get_importance(job_id: JobId, store: StoreDep) -> importance.ImportancePublic:
+def get_importance(job_id: JobId, store: StoreDep) -> ImportancePublic:
     """Only parameters whose importance beats the same values shuffled (Bonferroni over the
     parameters), and only from ten distinct configurations on; otherwise ``supported`` is
     empty and ``sentence`` says why the data cannot tell."""

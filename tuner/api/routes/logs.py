@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from tuner.api._deps import Authorized, JobId, SettingsDep, StoreDep
 from tuner.api._openapi import AUTH, responses
+from tuner.api.schemas import LogTail
 from tuner.api.services import logs
 
 router = APIRouter(
@@ -24,7 +25,7 @@ def get_running_log(
     store: StoreDep,
     settings: SettingsDep,
     max_bytes: Annotated[int, Query(ge=256, le=262_144)] = 16_384,
-) -> logs.LogTail:
+) -> LogTail:
     """While the job runs: the end of the log its engine writes now (only files in the job's
     own log folder; bearer tokens, ``Authorization:`` values and API keys redacted). When it
     does not run: ``running`` false and no text."""

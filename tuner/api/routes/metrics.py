@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import get_args
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -20,13 +19,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tuner.api._deps import Authorized
 from tuner.api._openapi import AUTH, responses
-from tuner.api.schemas import JobState
+from tuner.states import JobState, TrialState
 from tuner.storage import service_counts
 
 __all__ = ["RequestMetrics", "make_registry", "router"]
 
 router = APIRouter(tags=["metrics"])
-TRIAL_STATES = ("running", "complete", "pruned", "fail", "waiting")
+# Every trial state, Optuna's "waiting" (a trial enqueued but not yet started) included.
+TRIAL_STATES = tuple(s.value for s in TrialState)
 
 
 class _StoreCollector(Collector):
@@ -38,8 +38,8 @@ class _StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         c = service_counts(self.url)
         jobs = GaugeMetricFamily("spectune_jobs", "Jobs by state.", labels=["state"])
-        for state in get_args(JobState):
-            jobs.add_metric([state], c.jobs_by_state.get(state, 0))
+        for state in JobState:
+            jobs.add_metric([state.value], c.jobs_by_state.get(state, 0))
         yield jobs
         trials = GaugeMetricFamily("spectune_trials", "Trials by state.", labels=["state"])
         for state in sorted({*TRIAL_STATES, *c.trials_by_state}):

@@ -7,8 +7,8 @@ from fastapi import APIRouter
 
 from tuner.api._deps import Authorized, JobId, StoreDep
 from tuner.api._openapi import AUTH, responses
+from tuner.api.schemas import PredictionsPublic
 from tuner.api.services import predictions
-from tuner.api.services.predictions import PredictionsPublic
 
 router = APIRouter(
     prefix="/api/jobs/{job_id}/predictions",

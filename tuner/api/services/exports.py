@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import HTTPException, status
-
 from tuner.api.schemas import ExportFormat, ExportFormatList, ExportFormatPublic, ExportPublic
-from tuner.api.services.pareto import ReportQuery, report, resolve_query
 from tuner.engines import EXPORT_FORMATS
+from tuner.errors import Conflict
 from tuner.export import ExportError, export_point
+from tuner.report import ReportQuery, report, resolve_query
 from tuner.storage import Store
 
 __all__ = ["export_formats", "export_winner"]
@@ -25,27 +24,25 @@ def export_formats() -> ExportFormatList:
 
 
 def export_winner(store: Store, job_id: int, fmt: ExportFormat, q: ReportQuery) -> ExportPublic:
-    """409 when nothing was measured (a replayed surface), nothing is feasible, or the
+    """Conflict when nothing was measured (a replayed surface), nothing is feasible, or the
     engine has no form for the winner."""
     space = store.space(job_id)
     sl = resolve_query(space, q)
     rep = report(store, job_id, q, sl, sl.concurrency)
     if rep.replay_surface is not None:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise Conflict(
             f"job {job_id} replayed the recorded surface {rep.replay_surface} to benchmark the "
-            "search; nothing was measured in it: nothing to export",
+            "search; nothing was measured in it: nothing to export"
         )
     if rep.winner is None:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise Conflict(
             f"job {job_id} has no feasible configuration at concurrency {sl.concurrency} on "
-            f"workload {sl.workload} under SLO {sl.slo or 'none'}: nothing to export",
+            f"workload {sl.workload} under SLO {sl.slo or 'none'}: nothing to export"
         )
     try:
         text = export_point(rep.winner, fmt, rep)
     except ExportError as e:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(e)) from None
+        raise Conflict(str(e)) from None
     return ExportPublic(
         format=fmt,
         text=text,

@@ -8,30 +8,13 @@ from __future__ import annotations
 
 import threading
 
-from pydantic import BaseModel, Field
-
-from tuner.explain import MIN_CONFIGS_FOR_IMPORTANCE, importance_sentence, param_importances
+from tuner.api.schemas import ImportancePublic, ParamImportance
+from tuner.explain import importance_sentence, param_importances
 from tuner.space import SpaceError
+from tuner.states import TrialState
 from tuner.storage import Store
 
-__all__ = ["ImportancePublic", "importance"]
-
-
-class ParamImportance(BaseModel):
-    param: str
-    share: float = Field(description="share of the evaluator's total importance (0..1)")
-    p_value: float = Field(description="one-sided permutation test against shuffled values")
-
-
-class ImportancePublic(BaseModel):
-    job_id: int
-    metric: str = Field(description="the job's first objective")
-    n_configs: int = Field(description="distinct configurations measured on the main target")
-    min_configs: int = MIN_CONFIGS_FOR_IMPORTANCE
-    supported: list[ParamImportance] = Field(
-        description="parameters whose importance passed the permutation test, largest first"
-    )
-    sentence: str = Field(description="what the data says, or that it cannot tell and why")
+__all__ = ["importance"]
 
 
 _cache: dict[tuple[str, int, int, str], ImportancePublic] = {}
@@ -50,7 +33,7 @@ def importance(store: Store, job_id: int) -> ImportancePublic:
             supported=[],
             sentence=f"The data cannot tell which parameter mattered (its space: {e}).",
         )
-    done = sum(t.state == "complete" for t in job.trials)
+    done = sum(t.state == TrialState.COMPLETE for t in job.trials)
     key = (store.url, job_id, done, job.state)
     with _lock:
         if key in _cache:

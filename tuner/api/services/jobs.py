@@ -6,15 +6,16 @@ import hashlib
 import json
 from datetime import UTC, datetime
 
-from fastapi import HTTPException, status
 from sqlalchemy.exc import IntegrityError
 
 from tuner.api._scrub import scrub
 from tuner.api.schemas import CurrentTrial, JobCreate, JobList, JobPublic
 from tuner.api.services.presets import resolve_space
 from tuner.api.settings import ServiceSettings
+from tuner.errors import Conflict
 from tuner.job import create_job
 from tuner.space import SearchSpace, SpaceError
+from tuner.states import TRIAL_FINISHED, JobState, TrialState
 from tuner.storage import JobModel, JobNotFound, StorageError, Store, space_of_job, utcnow
 
 __all__ = ["cancel", "get_job", "job_public", "list_jobs", "submit"]
@@ -31,15 +32,14 @@ def _request_sha256(body: JobCreate) -> str:
 
 
 def _replay(store: Store, key: str, digest: str) -> int | None:
-    """The job an earlier request with this key made, or 409 if that body differed."""
+    """The job an earlier request with this key made, or Conflict if that body differed."""
     found = store.job_by_idempotency_key(key)
     if found is None:
         return None
     job_id, old = found
     if old != digest:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
-            f"idempotency_key: already used by job {job_id} with a different request body",
+        raise Conflict(
+            f"idempotency_key: already used by job {job_id} with a different request body"
         )
     return job_id
 
@@ -89,12 +89,12 @@ def _space_or_none(job: JobModel) -> SearchSpace | None:
 def job_public(job: JobModel) -> JobPublic:
     """The job with its progress (the trials relationship must be loaded)."""
     space = _space_or_none(job)
-    finished = [t for t in job.trials if t.state in ("complete", "fail", "pruned")]
-    running = [t for t in job.trials if t.state == "running"]
-    cur = running[-1] if running and job.state == "running" else None
+    finished = [t for t in job.trials if t.state in TRIAL_FINISHED]
+    running = [t for t in job.trials if t.state == TrialState.RUNNING]
+    cur = running[-1] if running and job.state == JobState.RUNNING else None
     durations = [d for t in finished if (d := _seconds(t.started_at, t.finished_at)) is not None]
     eta = None
-    if job.state in ("queued", "running") and durations:
+    if job.state in (JobState.QUEUED, JobState.RUNNING) and durations:
         remaining = max(0, job.n_trials - len(finished))
         eta = sum(durations) / len(durations) * remaining
         if cur is not None:
@@ -105,7 +105,7 @@ def job_public(job: JobModel) -> JobPublic:
         state=job.state,  # type: ignore[arg-type]
         n_trials=job.n_trials,
         trials_done=len(finished),
-        trials_failed=sum(1 for t in finished if t.state == "fail"),
+        trials_failed=sum(1 for t in finished if t.state == TrialState.FAIL),
         current_trial=None
         if cur is None
         else CurrentTrial(
@@ -146,12 +146,10 @@ def list_jobs(store: Store, offset: int, limit: int, state: str | None) -> JobLi
 
 def cancel(store: Store, job_id: int) -> tuple[JobPublic, bool]:
     """Cancel a queued job at once, flag a running one for its worker; (the job, whether it
-    was running). 409 when it has already ended."""
+    was running). Conflict when it has already ended."""
     res = store.request_cancel(job_id)
     if not res.found:
         raise JobNotFound(f"job {job_id} not found")
     if not res.accepted:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"job {job_id} has already ended ({res.state})"
-        )
-    return get_job(store, job_id), res.state == "running"
+        raise Conflict(f"job {job_id} has already ended ({res.state})")
+    return get_job(store, job_id), res.state == JobState.RUNNING

@@ -10,24 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from tuner.api._scrub import scrub_for
+from tuner.api.schemas import LogTail
 from tuner.api.settings import ServiceSettings
 from tuner.job import log_folder
+from tuner.states import JobState, TrialState
 from tuner.storage import Store
 
-__all__ = ["LogTail", "log_dir", "running_log"]
-
-
-class LogTail(BaseModel):
-    job_id: int
-    job_state: str
-    running: bool = Field(description="a trial (or the end-of-job confirmation) runs now")
-    trial_number: int | None = Field(None, description="the running trial, when one runs")
-    file: str | None = Field(None, description="the log's name within the job's log folder")
-    text: str = Field("", description="the end of that log, secrets redacted")
-    truncated: bool = Field(False, description="the log is longer than the text answered")
+__all__ = ["log_dir", "running_log"]
 
 
 def log_dir(store: Store, job_id: int, work_dir: Path) -> Path:
@@ -64,10 +54,10 @@ def _tail(path: Path, max_bytes: int) -> tuple[str, bool]:
 def running_log(store: Store, settings: ServiceSettings, job_id: int, max_bytes: int) -> LogTail:
     job = store.job(job_id, with_trials=True)
     base = LogTail(job_id=job_id, job_state=job.state, running=False)
-    if job.state != "running":
+    if job.state != JobState.RUNNING:
         return base
     folder = log_dir(store, job_id, settings.work_dir)
-    running = sorted(t.number for t in job.trials if t.state == "running")
+    running = sorted(t.number for t in job.trials if t.state == TrialState.RUNNING)
     number = running[-1] if running else None
     path = _confined(folder, f"trial-{number}.log") if number is not None else _newest(folder)
     if path is None:

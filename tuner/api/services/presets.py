@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi.exceptions import RequestValidationError
 
-from tuner.api._errors import field_error, space_error
 from tuner.api._paths import check_paths
 from tuner.api.schemas import JobCreate, SearchSpacePreset, SpaceValidation
 from tuner.api.settings import ServiceSettings
+from tuner.errors import FieldProblem, InvalidInput
 from tuner.measure import load_all_prompts
 from tuner.space import SearchSpace, SpaceError, parse_space, read_yaml
 from tuner.workloads import WorkloadError
@@ -20,6 +21,18 @@ __all__ = ["list_presets", "resolve_space", "validation"]
 
 # A preset is a search space: the same 1 MiB limit as a submitted one.
 MAX_PRESET_BYTES = 1024 * 1024
+
+
+def _space_problems(err: SpaceError, prefix: Sequence[str | int]) -> InvalidInput:
+    """A SpaceError's (field path, reason) pairs as one refused field each; the path keeps
+    each key as written (``"¹"``, ``"a.b"``) and each list index as an int."""
+    problems = [FieldProblem((*prefix, *loc), msg, "search_space") for loc, msg in err.errors]
+    if not problems:  # one-line messages: not YAML, not a mapping, unreadable, too deep
+        lines = str(err).splitlines()
+        msg = lines[0] if lines else "invalid search space"
+        msg = re.sub(r"^invalid search space [^:]*: ", "", msg)
+        problems.append(FieldProblem(tuple(prefix), msg, "search_space"))
+    return InvalidInput(problems)
 
 
 def _preset_files(folder: Path) -> dict[str, Path]:
@@ -68,7 +81,7 @@ def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, 
         names = _preset_files(settings.search_spaces_dir)
         path = names.get(body.preset)
         if path is None:
-            raise field_error(
+            raise InvalidInput.field(
                 ("body", "preset"),
                 f"unknown preset {body.preset!r}; choose from {', '.join(sorted(names))}",
             )
@@ -76,13 +89,13 @@ def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, 
         try:
             return "preset", read_yaml(text, path.name), text
         except SpaceError as e:
-            raise space_error(e, ("body", "preset")) from None
+            raise _space_problems(e, ("body", "preset")) from None
     if body.search_space_yaml is not None:
         try:
             data = read_yaml(body.search_space_yaml)
         except SpaceError as e:
             msg = str(e).removeprefix("invalid search space : ")
-            raise field_error(("body", "search_space_yaml"), msg, "yaml_error") from None
+            raise InvalidInput.field(("body", "search_space_yaml"), msg, "yaml_error") from None
         return "search_space_yaml", data, body.search_space_yaml
     assert body.search_space is not None
     return "search_space", body.search_space, yaml.safe_dump(body.search_space, sort_keys=False)
@@ -91,33 +104,34 @@ def _source_data(settings: ServiceSettings, body: JobCreate) -> tuple[str, Any, 
 def _check_hosted(settings: ServiceSettings, space: SearchSpace, where: str) -> None:
     """A submitted job runs with the service's environment: its hosted references may name
     only the configured key variables and hosts (SPECTUNE_HOSTED_API_KEY_ENVS, _HOSTS)."""
-    errors = []
+    problems = []
     for i, h in enumerate(space.hosted):
         loc = ("body", where, "hosted", i)
         if not settings.hosted_url_allowed(h.base_url):
-            errors.append(
-                {
-                    "loc": (*loc, "base_url"),
-                    "msg": "not a host this service may send requests to: give a plain "
+            problems.append(
+                FieldProblem(
+                    (*loc, "base_url"),
+                    "not a host this service may send requests to: give a plain "
                     "http(s)://host[:port][/path] on a host in SPECTUNE_HOSTED_HOSTS",
-                    "type": "not_allowed",
-                }
+                    "not_allowed",
+                )
             )
         if h.api_key_env is not None and h.api_key_env not in settings.hosted_api_key_envs:
-            errors.append(
-                {
-                    "loc": (*loc, "api_key_env"),
-                    "msg": "not a key variable this service may send: name one listed in "
+            problems.append(
+                FieldProblem(
+                    (*loc, "api_key_env"),
+                    "not a key variable this service may send: name one listed in "
                     "SPECTUNE_HOSTED_API_KEY_ENVS",
-                    "type": "not_allowed",
-                }
+                    "not_allowed",
+                )
             )
-    if errors:
-        raise RequestValidationError(errors)
+    if problems:
+        raise InvalidInput(problems)
 
 
 def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpace, str]:
-    """The validated space with the request's overrides; a 422 naming fields otherwise."""
+    """The validated space with the request's overrides; InvalidInput naming fields
+    otherwise."""
     where, data, text = _source_data(settings, body)
     if isinstance(data, dict):
         data = dict(data)
@@ -129,13 +143,13 @@ def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpa
     try:
         space = parse_space(data, base_dir=settings.search_spaces_dir.resolve(), source=where)
     except SpaceError as e:
-        raise space_error(e, ("body", where)) from None
+        raise _space_problems(e, ("body", where)) from None
     _check_hosted(settings, space, where)
     check_paths(settings, space, where)  # before anything opens a file the job names
     try:
         load_all_prompts(space)  # a workload file that cannot be read is bad input, too
     except WorkloadError as e:
-        raise field_error(("body", where, "workload"), str(e)) from None
+        raise InvalidInput.field(("body", where, "workload"), str(e)) from None
     return space, text
 
 

@@ -1,5 +1,7 @@
-"""Pareto: which slice of a job's results a query names, the front over it, the round cost
-of every speculative trial, and why the winner won."""
+"""A job's report: which slice of its results a query names, the front over it at every
+level, the round cost of every speculative trial, and why the winner won. The API answers it
+(``GET /api/jobs/{id}/pareto``) and the CLI prints it (``spectune report --json``); a query
+naming what the job did not measure is ``InvalidInput`` naming the query field."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.api._errors import field_error
-from tuner.api.schemas import (
+from tuner.errors import InvalidInput
+from tuner.explain import explain
+from tuner.export import winner_exports
+from tuner.pareto import Point, Reference, Report, job_report
+from tuner.report._models import (
     HostedReference,
     ParetoPoint,
     ParetoPublic,
@@ -16,9 +21,6 @@ from tuner.api.schemas import (
     RoundCostVerdict,
     WinnerExport,
 )
-from tuner.explain import explain
-from tuner.export import winner_exports
-from tuner.pareto import Point, Reference, Report, job_report
 from tuner.space import SearchSpace
 from tuner.storage import Store
 from tuner.surface import surface_is_simulated
@@ -46,17 +48,18 @@ class Slice:
 
 
 def resolve_query(space: SearchSpace, q: ReportQuery) -> Slice:
-    """The job's defaults for what the query leaves out; a 422 for what it did not measure."""
+    """The job's defaults for what the query leaves out; InvalidInput for what it did not
+    measure."""
     names = [w.name for w in space.all_workloads]
     wl = q.workload or space.primary_workload
     if wl not in names:
-        raise field_error(
+        raise InvalidInput.field(
             ("query", "workload"),
             f"this job measured workload {', '.join(map(repr, names))}, not {wl!r}",
         )
     conc = q.concurrency or space.primary_concurrency
     if conc not in space.concurrency:
-        raise field_error(
+        raise InvalidInput.field(
             ("query", "concurrency"),
             f"this job measured concurrency {space.concurrency}, not {conc}",
         )
@@ -64,7 +67,8 @@ def resolve_query(space: SearchSpace, q: ReportQuery) -> Slice:
 
 
 def report(store: Store, job_id: int, q: ReportQuery, sl: Slice, concurrency: int) -> Report:
-    """The front at one level of the slice; a 422 for a target the job did not measure."""
+    """The front at one level of the slice; InvalidInput for a target the job did not
+    measure."""
     try:
         return job_report(
             store,
@@ -75,7 +79,7 @@ def report(store: Store, job_id: int, q: ReportQuery, sl: Slice, concurrency: in
             target=q.target,
         )
     except ValueError as e:
-        raise field_error(("query", "target"), str(e)) from None
+        raise InvalidInput.field(("query", "target"), str(e)) from None
 
 
 def _ci95(m: dict[str, Any], name: str) -> tuple[float | None, float | None]:
@@ -179,6 +183,8 @@ def _reference(r: Reference, rep: Report) -> HostedReference:
 
 
 def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
+    """The whole report as one document: one point per (configuration, level), the winner
+    and verdicts at the query's level. JobNotFound for an unknown job."""
     space = store.space(job_id)
     sl = resolve_query(space, q)
     points: list[ParetoPoint] = []

@@ -1,0 +1,141 @@
+"""What survives a dead worker: each running trial beats, and a trial whose worker is gone is
+failed (``interrupted``) and run once more by whichever worker takes the next slot.
+
+Apart from the objective (``tuner.trial``) as Optuna keeps ``_run_trial`` apart from the
+study: ``run_one`` is one trial as ``study.optimize`` runs it (ask, beat, tell), told with
+``skip_if_finished`` so a trial another worker declared lost meanwhile stays failed instead
+of failing the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+from tuner.context import JobContext
+from tuner.measure import TrialFailed
+from tuner.states import TrialState
+
+__all__ = ["MAX_RETRY", "Recovery", "trial_heartbeat"]
+
+MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
+
+Objective = Callable[[optuna.Trial], list[float]]
+
+
+@contextmanager
+def trial_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
+    """The running trial's heartbeat in Optuna's table, every ``heartbeat_interval``, while
+    the block runs: what lets the other workers tell a trial whose worker died from a slow
+    one. A storage without heartbeats beats nothing."""
+    record = getattr(storage, "record_heartbeat", None)
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    every_s = interval() if interval is not None else None
+    done = threading.Event()
+
+    def beat() -> None:
+        while True:
+            record(trial_id)  # type: ignore[misc]
+            if done.wait(every_s):
+                return
+
+    thread = threading.Thread(target=beat, name=f"spectune-trial-beat-{trial_id}", daemon=True)
+    if record is not None and every_s:
+        thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if thread.is_alive():
+            thread.join(timeout=10)
+
+
+class Recovery:
+    """What becomes of a trial whose worker is gone: failed (``interrupted``) and, when it
+    has no stored result, run once more by whichever worker takes the next slot. Its slot
+    goes back to the budget, so a crash costs time, never a trial; a stored result is never
+    measured twice.
+
+    Makes the job's Optuna storage (``storage``, to load the study on): its heartbeat settings
+    are the worker's, and its stale-trial callback is this recovery's ``on_stale``."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        self.storage = ctx.store.optuna_storage(
+            heartbeat_s=ctx.worker.heartbeat_s, grace_s=ctx.worker.grace_s, on_stale=self.on_stale
+        )
+
+    def run_one(self, study: optuna.Study, objective: Objective) -> None:
+        """One trial as ``study.optimize`` runs it (ask, heartbeat while it runs, tell), but
+        told with ``skip_if_finished``. ``TrialFailed`` and pruning end the trial, not the
+        job; anything else fails the trial and goes on up."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+            trial = study.ask()  # what optimize would do, heartbeat included (below)
+        values: list[float] | None = None
+        state: optuna.trial.TrialState | None = None
+        try:
+            # ``_trial_id`` (the storage's id, not the study's number) is what a heartbeat
+            # row is keyed by; Optuna exposes no public accessor. ``self.storage`` is the
+            # storage the study was loaded on (Optuna wraps it in a cache that forwards
+            # heartbeats to it), so nothing reaches into ``study._storage``.
+            with trial_heartbeat(self.storage, trial._trial_id):
+                values = objective(trial)
+        except optuna.TrialPruned:
+            state = optuna.trial.TrialState.PRUNED
+        except TrialFailed:
+            state = optuna.trial.TrialState.FAIL
+        except BaseException:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            raise
+        study.tell(trial, values, state=state, skip_if_finished=True)
+
+    def on_stale(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna's ``heartbeat_stale_trial_callback``: the trial is already failed there."""
+        self._retry(study, trial, "its worker stopped beating (killed, or cut off)")
+
+    def _retry(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str, *, row: bool = True
+    ) -> bool:
+        store, job_id = self.ctx.store, self.ctx.job_id
+        if row and store.trial_state(job_id, trial.number) not in (None, TrialState.RUNNING):
+            return False  # its result (or its failure) is stored: keep it, run nothing again
+        store.fail_orphaned_trials(job_id, [trial.number], detail=why)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+            if len(history) >= MAX_RETRY:
+                return False
+            RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
+        store.refund_trial_slot(job_id)
+        return True
+
+    def requeue(self, study: optuna.Study, numbers: list[int]) -> None:
+        """Trials this worker cut short when asked to stop run again elsewhere."""
+        trials = study.get_trials(deepcopy=False)
+        for n in numbers:
+            if n < len(trials) and trials[n].state == optuna.trial.TrialState.FAIL:
+                self._retry(study, trials[n], "its worker was stopped", row=False)
+
+    def sweep(self, study: optuna.Study) -> None:
+        """Fail the trials of dead workers: those whose heartbeat went stale (Optuna's
+        check, which calls ``on_stale``) and those that never beat at all."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        storage = self.storage
+        find = getattr(storage, "unbeaten_trial_ids", None)
+        if find is None:
+            return
+        fail = optuna.trial.TrialState.FAIL
+        for tid in find(storage.get_study_id_from_name(study.study_name), self.ctx.worker.grace_s):
+            try:
+                if storage.set_trial_state_values(tid, state=fail):
+                    self._retry(study, storage.get_trial(tid), "its worker never beat")
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # another worker got there first

@@ -1,0 +1,177 @@
+"""The answer models of a job's report (``GET /api/jobs/{id}/pareto``, ``spectune report
+--json``): frozen, extra fields refused, units in the names. ``tuner.api.schemas`` re-exports
+them with the API's other models; the OpenAPI document names them as here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.engines import EXPORT_FORMAT_NAMES
+
+__all__ = [
+    "ExportFormat",
+    "FrozenModel",
+    "HostedReference",
+    "ParetoPoint",
+    "ParetoPublic",
+    "RoundCostTrial",
+    "RoundCostVerdict",
+    "WinnerExport",
+]
+
+# The names of tuner.engines.EXPORT_FORMATS, in its order (the one list of export formats).
+ExportFormat = Literal[EXPORT_FORMAT_NAMES]  # type: ignore[valid-type]
+
+
+class FrozenModel(BaseModel):
+    """An answer: immutable once built, and a field it does not declare is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ParetoPoint(FrozenModel):
+    trial_number: int
+    method: str
+    params: dict[str, Any]
+    concurrency: int
+    output_tok_per_s: float
+    p99_tpot_ms: float | None
+    p99_ttft_ms: float | None
+    p99_e2e_ms: float | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    feasible: bool
+    violations: list[str]
+    on_front: bool
+    is_baseline: bool
+    is_winner: bool
+    speedup: float | None = Field(
+        description="per-token speedup over the baseline at this concurrency (baseline mean "
+        "TPOT / this one's), from the round-cost verdict; 1 for the baseline"
+    )
+    verdict: Literal["pays", "does not pay", "tied"] | None = Field(
+        None, description="the round-cost verdict at this concurrency (null: the baseline)"
+    )
+    output_tok_per_s_ci95_low: float | None = Field(
+        None, description="95% interval of the mean over the repeats (null: one run)"
+    )
+    output_tok_per_s_ci95_high: float | None = None
+    p99_tpot_ms_ci95_low: float | None = None
+    p99_tpot_ms_ci95_high: float | None = None
+    repeats: int | None = Field(None, description="measurements behind the medians")
+    confirmed: bool = Field(
+        False, description="re-measured on a second engine launch; these are those numbers"
+    )
+    search_output_tok_per_s: float | None = Field(
+        None, description="what the search measured before confirmation (confirmed points)"
+    )
+    noisy: bool = Field(False, description="repeats disagreed beyond max_relative_mad")
+    multi_token_chunks: bool = Field(
+        False,
+        description="streamed chunks carried several tokens (speculation commits several per "
+        "step): TPOT spreads each request's time over its tokens; ITL is per chunk",
+    )
+    relative_mad: float | None = None
+    lossless_match_rate: float | None = Field(
+        None, description="share (0..1) of the baseline's greedy tokens reproduced"
+    )
+    kv_cache_tokens: int | None = None
+    peak_rss_mb: float | None = None
+
+
+class RoundCostVerdict(FrozenModel):
+    """Mean time per output token of a speculative configuration against the baseline's at
+    the same concurrency and workload."""
+
+    concurrency: int
+    spec_ms_per_token: float
+    baseline_ms_per_token: float
+    pays_off: bool = Field(description="state == 'pays'")
+    margin_pct: float = Field(description="how much faster (+) or slower (-) per token")
+    state: Literal["pays", "does not pay", "tied"] = Field(
+        description="pays / does not pay: the 95% interval of the speedup is above / below 1; "
+        "tied: it holds 1"
+    )
+    speedup: float = Field(description="baseline ms per token / this configuration's")
+    speedup_ci95_low: float
+    speedup_ci95_high: float | None = Field(
+        description="null: unbounded (this point's interval of time per token reaches 0)"
+    )
+
+
+class RoundCostTrial(FrozenModel):
+    trial_number: int
+    method: str
+    params: dict[str, Any]
+    verdicts: list[RoundCostVerdict] = Field(description="one per measured concurrency")
+    crossover_concurrency: int | None = Field(
+        description="lowest level from which it pays at no higher level measured; null when "
+        "it pays at the highest level (or nothing was compared)"
+    )
+
+
+class HostedReference(FrozenModel):
+    """A hosted endpoint measured in the job with the same workload and load generator."""
+
+    name: str
+    base_url: str
+    model: str
+    output_tok_per_s: float | None
+    p99_tpot_ms: float | None
+    p99_ttft_ms: float | None
+    speedup_vs_baseline: float | None
+    feasible: bool
+    violations: list[str]
+    error: str | None = None
+
+
+class WinnerExport(FrozenModel):
+    name: ExportFormat
+    available: bool = Field(description="the winner has a form in this format")
+    reason: str | None = Field(None, description="why not, when it has none")
+
+
+class ParetoPublic(FrozenModel):
+    job_id: int
+    workload: str
+    concurrency: int = Field(description="the level the front and the winner are chosen at")
+    levels: list[int]
+    slo: dict[str, float]
+    objectives: list[dict[str, str]]
+    points: list[ParetoPoint]
+    baseline_trial: int | None
+    winner_trial: int | None
+    round_cost: list[RoundCostTrial] = Field(
+        default_factory=list,
+        description="round-cost verdict of every speculative trial at every concurrency",
+    )
+    why: list[str] = Field(
+        default_factory=list,
+        description="why the winner won, in sentences: acceptance, time per committed token "
+        "against the baseline, where it stops paying",
+    )
+    replay_surface: str | None = Field(
+        None,
+        description="set when the job replayed a recorded surface (search benchmarking): "
+        "no number here was measured by this job",
+    )
+    replay_simulated: bool = Field(
+        False, description="that surface was written by a simulator: no number was measured"
+    )
+    target: str = Field("", description="the served checkpoint every point here shares")
+    other_targets: list[str] = Field(
+        default_factory=list,
+        description="other checkpoints this job served (an MTP model): each is reported "
+        "apart, against its own baseline (query target=...)",
+    )
+    references: list[HostedReference] = Field(
+        default_factory=list,
+        description="hosted endpoints measured as reference rows (never candidates)",
+    )
+    winner_exports: list[WinnerExport] = Field(
+        default_factory=list,
+        description="each export format (GET /api/export-formats order) and whether the "
+        "winner has a form in it: a page asks only for those it has",
+    )
