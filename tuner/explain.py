@@ -57,7 +57,7 @@ class Importances:
 def _rows(store: Store, job_id: int) -> tuple[list[optuna.trial.FrozenTrial], list[float]]:
     """One complete trial per distinct configuration on the main target, first objective."""
     try:
-        space = store.space(job_id)
+        space = store.space(job_id, for_reading=True)
     except JobNotFound:
         return [], []
     seen: dict[str, tuple[optuna.trial.FrozenTrial, float]] = {}

@@ -87,8 +87,12 @@ def export_point(p: Point, fmt: str, rep: Report | None = None) -> str:
 
 
 def export_job(store: Store, job_id: int, fmt: str, **report_kw: Any) -> str:
+    """The job's winner in ``fmt``; ExportError when there is none to give, the store's
+    ``SpaceRefused`` when today's rules refuse the job's stored space (its front is read with
+    defaults for the refused fields, so an export would not be what was measured)."""
     if fmt not in FORMATS:
         raise ExportError(f"format: unknown {fmt!r}; choose from {', '.join(FORMATS)}")
+    store.space(job_id)  # strict
     rep = job_report(store, job_id, **report_kw)
     if rep.replay_surface is not None:
         raise ExportError(

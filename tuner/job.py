@@ -24,7 +24,7 @@ from tuner.context import (
     WorkerContext,
     log_folder,
 )
-from tuner.engines import EngineConfig
+from tuner.engines import EngineConfig, reap_stale
 from tuner.hardware import hardware_fingerprint
 from tuner.integrations import label_study, on_job_end, on_job_start, on_job_stopped
 from tuner.measure import (
@@ -37,11 +37,11 @@ from tuner.measure import (
     measure_references,
 )
 from tuner.pareto import job_report, score
-from tuner.recovery import Recovery
+from tuner.recovery import Recovery, slots_used
 from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.space import SearchSpace
 from tuner.states import JobState
-from tuner.storage import JobModel, Store, space_of_job
+from tuner.storage import JobModel, SpaceRefused, Store, space_of_job
 from tuner.surface import ReplayMeasurer
 from tuner.trial import TrialRunner
 from tuner.workloads import Prompt, WorkloadError
@@ -154,20 +154,13 @@ def default_measurer(ctx: JobContext, prompts: dict[str, list[Prompt]]) -> Measu
     )
 
 
-def _slots_used(study: optuna.Study) -> int:
-    """Trials a job stored before shared budgets already ran: each retry stands in for the
-    trial it repeats, so the two take one slot."""
-    trials = study.get_trials(deepcopy=False)
-    ran = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
-    return ran - sum(1 for t in trials if "failed_trial" in t.system_attrs)
-
-
 def _run_trials(
     ctx: JobContext, study: optuna.Study, runner: TrialRunner, recovery: Recovery
 ) -> None:
     """Take a slot of the shared budget, run one trial, until the budget is spent. The
     owner then waits for the other workers' trials (failing those of dead workers, whose
-    retries it may run), so the job ends once every trial has."""
+    retries it may run, and taking back the slots of workers that died before their trial
+    began), so the job ends once every trial of the budget has."""
     store, job_id, poll_s = ctx.store, ctx.job_id, ctx.worker.poll_s
     running = (optuna.trial.TrialState.RUNNING,)
     while True:
@@ -183,7 +176,8 @@ def _run_trials(
         recovery.sweep(study)
         if store.trial_slots_left(job_id) > 0:
             continue  # a dead worker's trial was put back: run it
-        if not study.get_trials(deepcopy=False, states=running):
+        unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
+        if not unasked and not study.get_trials(deepcopy=False, states=running):
             return
         deadline = time.monotonic() + poll_s
         while time.monotonic() < deadline and not ctx.control.cancelled:
@@ -227,10 +221,16 @@ def run_job(
     store.ensure_schema()
     worker = worker or WorkerContext()
     job = store.job(job_id) if join else store.start_job(job_id)
+    try:
+        job_space = space_of_job(job)
+    except SpaceRefused as e:  # stored by an older version: no worker of this one may run it
+        if store.end_refused(job_id, e.reason):
+            on_job_stopped(store, job_id, JobState.FAILED)
+        raise
     ctx = JobContext(
         store,
         job_id,
-        space_of_job(job),
+        job_space,
         job.n_trials,
         (work_dir or Path(".spectune")).resolve(),
         control or JobControl(),
@@ -245,10 +245,13 @@ def run_job(
         _end(ctx, JobState.FAILED, str(e))
         raise
     # Another seed per helper: two samplers with one seed and one history propose the same
-    # point; the constant liar keeps each away from what the others are running.
-    seed = space.seed if ctx.owner else space.seed + 1 + zlib.crc32(str(worker.worker_id).encode())
+    # point; the constant liar keeps each away from what the others are running. Kept in
+    # NumPy's seed range (0 to 2**32-1): past it, the sampler refuses the seed.
+    seed = space.seed
+    if not ctx.owner:
+        seed = (seed + 1 + zlib.crc32(str(worker.worker_id).encode())) % 2**32
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True)
-    recovery = Recovery(ctx)
+    recovery = Recovery(ctx, reap=lambda: reap_stale(ctx.work_dir / "run"))
     study = store.load_study(job_id, sampler=sampler, storage=recovery.storage)
     strategy = SearchStrategy(ctx, prompts)
     if ctx.owner:
@@ -257,7 +260,7 @@ def run_job(
             for params, skip in strategy.initial_params():
                 note = {GUIDE_ATTR: {"by": "start"}}
                 study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
-        store.sync_trial_slots(job_id, _slots_used(study))
+        store.sync_trial_slots(job_id, slots_used(study))
     measurer = (measurers or default_measurer)(ctx, prompts)
     if space.hosted and measurer.live and ctx.owner:
         measure_references(store, job_id, space, prompts)

@@ -175,8 +175,9 @@ def job_report(
     Only trials served from one checkpoint (``target``; default engine.model) are compared:
     a method that serves another checkpoint (an MTP model) is another target, with its own
     baseline, front and verdicts in ``job_report(..., target=that)``. JobNotFound when the
-    job does not exist; ValueError for a target it did not measure."""
-    space = space_of_job(store.job(job_id))
+    job does not exist; ValueError for a target it did not measure. A stored space today's
+    rules refuse is read with defaults for the refused fields (``space_of_job``)."""
+    space = space_of_job(store.job(job_id), for_reading=True)
     rows = store.trials(job_id, states=("complete", "pruned"), launched_only=True)
     pruned_numbers = {r.number for r in rows if r.state == "pruned"}
     main = space.resolve(space.engine.model)

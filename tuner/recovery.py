@@ -9,7 +9,9 @@ of failing the job.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,11 +23,22 @@ from tuner.context import JobContext
 from tuner.measure import TrialFailed
 from tuner.states import TrialState
 
-__all__ = ["MAX_RETRY", "Recovery", "trial_heartbeat"]
+__all__ = ["MAX_RETRY", "Recovery", "slots_used", "trial_heartbeat"]
 
 MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
 
 Objective = Callable[[optuna.Trial], list[float]]
+
+log = logging.getLogger(__name__)
+
+
+def slots_used(study: optuna.Study) -> int:
+    """Slots of the budget the study's trials account for: each asked trial one, but a
+    retry stands in for the trial it repeats (whose slot was given back), so the two take
+    one. Also what a job stored before shared budgets already ran."""
+    trials = study.get_trials(deepcopy=False)
+    ran = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
+    return ran - sum(1 for t in trials if "failed_trial" in t.system_attrs)
 
 
 @contextmanager
@@ -62,13 +75,17 @@ class Recovery:
     measured twice.
 
     Makes the job's Optuna storage (``storage``, to load the study on): its heartbeat settings
-    are the worker's, and its stale-trial callback is this recovery's ``on_stale``."""
+    are the worker's, and its stale-trial callback is this recovery's ``on_stale``. ``reap``
+    stops the engines that dead workers left on this host (``tuner.engines.reap_stale``):
+    each sweep calls it, so a dead worker's engine never holds the device beside the next
+    launch until a worker restarts."""
 
-    def __init__(self, ctx: JobContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: JobContext, *, reap: Callable[[], list[int]] | None = None) -> None:
+        self.ctx, self.reap = ctx, reap
         self.storage = ctx.store.optuna_storage(
             heartbeat_s=ctx.worker.heartbeat_s, grace_s=ctx.worker.grace_s, on_stale=self.on_stale
         )
+        self._unasked: tuple[tuple[int, int], float] | None = None  # (taken, used), seen at
 
     def run_one(self, study: optuna.Study, objective: Objective) -> None:
         """One trial as ``study.optimize`` runs it (ask, heartbeat while it runs, tell), but
@@ -124,10 +141,42 @@ class Recovery:
 
     def sweep(self, study: optuna.Study) -> None:
         """Fail the trials of dead workers: those whose heartbeat went stale (Optuna's
-        check, which calls ``on_stale``) and those that never beat at all."""
+        check, which calls ``on_stale``) and those that never beat at all; then stop the
+        engines dead workers left on this host."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
+        self._fail_unbeaten(study)
+        for pgid in self.reap() if self.reap is not None else []:
+            log.warning("stopped engine process group %s left by a dead worker", pgid)
+
+    def unasked_slots(self, study: optuna.Study) -> bool:
+        """True while more slots of the budget are taken than trials account for: a worker
+        is between ``take_trial_slot`` and ``ask`` (a moment), or died there, and then its
+        slot would be lost (the job would measure one trial fewer than its budget). Seen
+        unchanged for ``grace_s`` (the time a dead worker's trial takes to be declared
+        lost), the missing slots go back to the budget."""
+        store, job_id = self.ctx.store, self.ctx.job_id
+        # Slots first: a slot taken and asked between the two reads shows as no gap.
+        taken, used = store.trial_slots_taken(job_id), slots_used(study)
+        if taken <= used:
+            self._unasked = None
+            return False
+        now = time.monotonic()
+        if self._unasked is None or self._unasked[0] != (taken, used):
+            self._unasked = ((taken, used), now)
+        elif now - self._unasked[1] >= self.ctx.worker.grace_s:
+            if store.give_back_trial_slots(job_id, taken=taken, used=used):
+                log.warning(
+                    "job %s: %d slot(s) taken by a worker that died before its trial began "
+                    "went back to the budget",
+                    job_id,
+                    taken - used,
+                )
+            self._unasked = None
+        return True
+
+    def _fail_unbeaten(self, study: optuna.Study) -> None:
         storage = self.storage
         find = getattr(storage, "unbeaten_trial_ids", None)
         if find is None:

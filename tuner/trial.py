@@ -71,6 +71,8 @@ class TrialRunner:
     def __call__(self, trial: optuna.Trial) -> list[float]:
         ctx, space = self.ctx, self.ctx.space
         if ctx.control.cancelled:
+            if ctx.worker.stopping():
+                self.interrupted.append(trial.number)  # asked, never run: its retry runs it
             raise JobCancelled("job cancelled")
         t0 = time.monotonic()
         params, note = self._candidate(trial)

@@ -19,10 +19,11 @@ job; the helpers only run trials.
 What survives a crash: each running trial beats in Optuna's heartbeat table; a trial silent
 for ``stale_after_s`` is failed by any worker and run once more (its slot goes back). A dead
 owner stops the job's heartbeat; after ``stale_after_s`` any worker re-claims the job and
-resumes it. The engine of a worker killed with ``kill -9`` is stopped by the next worker
-started on that host (pid files under ``work_dir/run``). A worker that is stopped cleanly
-(``stop()``, SIGTERM) aborts its trial, records it ``interrupted``, puts it back for a retry
-and, if it owned the job, puts the job back in the queue.
+resumes it. The engine of a worker killed with ``kill -9`` is stopped by any worker on that
+host (pid files under ``work_dir/run``): at start-up, while idle, and before each trial it
+runs. A worker that fails to join or claim a job backs off (``_Backoff``). A worker
+stopped cleanly (``stop()``, SIGTERM) aborts its trial, records it ``interrupted``, puts it
+back for a retry and, if it owned the job, puts the job back in the queue.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
+from tuner._repeated import RepeatedFailure
 from tuner.context import MeasurerFactory, WorkerContext
 from tuner.engines import reap_stale
 from tuner.job import run_job
@@ -80,16 +84,66 @@ class _Heartbeat(threading.Thread):
         return status[1] or status[0] in JOB_ENDED
 
     def run(self) -> None:
+        # A read-only or lost database fails every beat alike: one traceback, then a line
+        # every few minutes.
+        failing = RepeatedFailure(log, f"job {self.job_id}: heartbeat")
         while not self.done.wait(self.every_s):
             try:
                 wants_cancel = self._wants_cancel()
+                failing.ok()
                 if wants_cancel is None:
                     return  # the claim is lost (job deleted or re-claimed)
                 if wants_cancel and not self.control.cancelled:
                     log.info("job %s: cancel requested", self.job_id)
                     self.control.cancel()
-            except Exception:  # a missed beat is not worth killing the job for
-                log.exception("job %s: heartbeat failed", self.job_id)
+            except Exception as e:  # a missed beat is not worth killing the job for
+                failing.failed(e)
+
+
+class _Backoff:
+    """Failures in a row by key (a job id; None for claiming itself): after the n-th the key
+    waits ``first_s * 2**(n-1)`` seconds, at most ``max_s``. Why: a job this worker cannot
+    join fails the same way at once (a seed out of range made every helper write hundreds
+    of tracebacks a second), so trying again at once only burns a core and floods the log."""
+
+    def __init__(self, first_s: float = 1.0, max_s: float = 300.0) -> None:
+        self.first_s, self.max_s = first_s, max_s
+        self._fails: dict[int | None, tuple[int, float]] = {}  # key: (failures, retry at)
+
+    def failed(self, key: int | None) -> tuple[int, float]:
+        """Count a failure; (failures in a row, seconds to wait)."""
+        n = self._fails.get(key, (0, 0.0))[0] + 1
+        delay = min(self.max_s, self.first_s * 2 ** (n - 1))
+        self._fails[key] = (n, time.monotonic() + delay)
+        return n, delay
+
+    def ok(self, key: int | None) -> None:
+        self._fails.pop(key, None)
+
+    def left_s(self, key: int | None) -> float:
+        return max(0.0, self._fails.get(key, (0, 0.0))[1] - time.monotonic())
+
+    def waiting(self) -> list[int]:
+        """The jobs still waiting out a failure."""
+        now = time.monotonic()
+        return [k for k, (_, at) in self._fails.items() if k is not None and at > now]
+
+
+def _log_failure(backoff: _Backoff, key: int | None, what: str) -> None:
+    """The traceback of a first failure; a short line for the next ones in a row."""
+    n, delay = backoff.failed(key)
+    if n == 1:
+        log.exception("%s failed; next try in %.0f s", what, delay)
+        return
+    e = sys.exc_info()[1]
+    log.warning(
+        "%s failed again (%d in a row; %s: %s); next try in %.0f s",
+        what,
+        n,
+        type(e).__name__,
+        e,
+        delay,
+    )
 
 
 class Worker:
@@ -127,6 +181,7 @@ class Worker:
         self._control: JobControl | None = None
         self._job_id: int | None = None
         self._thread: threading.Thread | None = None
+        self._backoff = _Backoff()
         self.last_job: int | None = None
 
     @property
@@ -147,8 +202,11 @@ class Worker:
 
     def help_once(self) -> int | None:
         """Join a running job with trials left and run trials until its budget is taken;
-        the job id, or None when no job needs help."""
-        job_id = self.store.joinable_job(stale_after_s=self.stale_after_s)
+        the job id, or None when no job needs help (jobs it failed to join lately wait out
+        their back-off)."""
+        job_id = self.store.joinable_job(
+            stale_after_s=self.stale_after_s, exclude=self._backoff.waiting()
+        )
         if job_id is None:
             return None
         self._run(job_id, join=True)
@@ -181,8 +239,10 @@ class Worker:
                 worker=ctx,
                 join=join,
             )
-        except Exception:
-            log.exception("job %s failed", job_id)  # run_job has stored the error
+        except Exception:  # an owner's run_job has stored the error; a helper's stores none
+            _log_failure(self._backoff, job_id, f"job {job_id} ({'join' if join else 'run'})")
+        else:
+            self._backoff.ok(job_id)
         finally:
             beat.done.set()
             beat.join(timeout=self.heartbeat_s + 5)
@@ -204,6 +264,8 @@ class Worker:
         return killed
 
     def run_forever(self) -> None:
+        """Claim, else help, else reap dead workers' engines and wait ``poll_s``; a failing
+        claim waits longer each time in a row."""
         self.store.ensure_schema()
         self.reap()
         while not self._stop.is_set():
@@ -212,10 +274,13 @@ class Worker:
                 if ran is None and self.join and not self._stop.is_set():
                     ran = self.help_once()
             except Exception:
-                log.exception("worker %s: claim failed", self.worker_id)
+                _log_failure(self._backoff, None, f"worker {self.worker_id}: claim")
                 ran = None
+            else:
+                self._backoff.ok(None)
             if ran is None:
-                self._stop.wait(self.poll_s)
+                self.reap()  # an engine whose worker died here meanwhile: now, not at restart
+                self._stop.wait(max(self.poll_s, self._backoff.left_s(None)))
 
     def _once(self) -> None:
         self.store.ensure_schema()

@@ -80,3 +80,23 @@ def test_only_groups_of_dead_workers_are_reaped(tmp_path: Path):
         for p in groups:
             p.kill()
             p.wait()
+
+
+def test_a_group_recorded_in_another_pid_space_is_left_alone(tmp_path: Path):
+    """Workers in other containers (their own pid namespace) may share the work folder: a
+    record of theirs names pids that mean nothing here, so it is neither killed nor removed
+    (a live worker there would lose the record that lets its host reap its engine)."""
+    run = tmp_path / "run"
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    dead_owner = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_owner.wait()
+    try:
+        p = _record(run, sleeper.pid, dead_owner.pid, psutil.Process(sleeper.pid).create_time())
+        p.write_text(json.dumps({**json.loads(p.read_text()), "pid_space": "other-host/1"}))
+        assert reap_stale(run) == []
+        assert p.exists() and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -40,6 +40,7 @@ def test_every_public_method_says_whether_it_retries():
         "revoke_token",
         "token_state",
         "service_counts",
+        "fail_refused_jobs",  # a loop of retried compare-and-sets
     }
     # the finders and writes the retry was patched onto before it was written at each one
     for name in ("trials", "job", "trial_records", "request_cancel", "replace_measurements"):

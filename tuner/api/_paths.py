@@ -19,7 +19,7 @@ from tuner.api.settings import ServiceSettings
 from tuner.errors import FieldProblem, InvalidInput
 from tuner.space import SearchSpace
 
-__all__ = ["check_paths", "path_problem"]
+__all__ = ["as_written", "check_paths", "path_problem"]
 
 Loc = tuple[str | int, ...]
 
@@ -100,3 +100,14 @@ def check_paths(settings: ServiceSettings, space: SearchSpace, where: str) -> No
     ]
     if problems:
         raise InvalidInput(problems)
+
+
+def as_written(msg: str, settings: ServiceSettings, space: SearchSpace) -> str:
+    """``msg`` with each of ``space``'s paths put back as the submitter wrote it, and any other
+    path inside the service's folders made relative to its folder: an answer never tells a
+    client where the server keeps its files."""
+    swaps = [(space.resolve(written), written) for _, written, _ in _named(space)]
+    swaps += [(f"{root}{os.sep}", "") for root in settings.roots]
+    for absolute, shown in sorted(swaps, key=lambda s: len(s[0]), reverse=True):
+        msg = msg.replace(absolute, shown)  # longest first: a file before its folder
+    return msg

@@ -17,6 +17,10 @@ references may only name the key variables in ``hosted_api_key_envs`` and the ho
 submitter could have the worker send any variable's value, as a bearer token, to a host of
 their choosing. The CLI runs the user's own file with the user's own environment and is not
 restricted.
+
+``X-Forwarded-For`` is believed only from the peers in ``trusted_proxies`` (none by default):
+otherwise any client on the host could name a new address with each request and so get a
+fresh rate-limit budget every time.
 """
 
 from __future__ import annotations
@@ -111,6 +115,12 @@ class ServiceSettings(BaseSettings):
     rate_limit_burst: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
         120, description="Requests a client may make at once before the per-second rate."
     )
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Addresses or networks of reverse proxies whose X-Forwarded-For is "
+        "believed (the rate limit then counts the client it names), comma-separated; '*' for "
+        "any peer. Empty: the header is ignored and each client is its TCP peer.",
+    )
     path_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
         default=(),
         description="More folders a submitted job's model, workload and surface paths may "
@@ -140,11 +150,31 @@ class ServiceSettings(BaseSettings):
     )
 
     @field_validator(
-        "api_token_sha256", "hosted_api_key_envs", "hosted_hosts", "path_roots", mode="before"
+        "api_token_sha256",
+        "hosted_api_key_envs",
+        "hosted_hosts",
+        "path_roots",
+        "trusted_proxies",
+        mode="before",
     )
     @classmethod
     def _split(cls, v: Any) -> Any:
         return _split_list(v)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in v:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted_proxies: {entry!r} is not an IP address or network "
+                    "(SPECTUNE_TRUSTED_PROXIES)"
+                ) from None
+        return v
 
     @field_validator("hosted_api_key_envs")
     @classmethod

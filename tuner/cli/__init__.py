@@ -34,7 +34,7 @@ __all__ = [
 
 EXIT_CODES = """exit codes:
   0    success
-  1    runtime failure (database, engine, anything unexpected)
+  1    runtime failure (database, engine, serve on a port in use, anything unexpected)
   2    bad input: search space, job id, export format, flags (argparse's usage errors too)
   3    the job ran but no configuration is feasible under the SLO (nothing to export)
   130  interrupted (Ctrl-C or SIGTERM; the engine in flight is stopped first;

@@ -45,7 +45,14 @@ from tuner.pareto import Report, job_report
 from tuner.report import ReportQuery, pareto
 from tuner.space import SpaceError, load_space
 from tuner.states import TRIAL_FINISHED, JobState, TrialState
-from tuner.storage import JobNotFound, Store, current_revision, database_url, upgrade
+from tuner.storage import (
+    JobNotFound,
+    SpaceRefused,
+    Store,
+    current_revision,
+    database_url,
+    upgrade,
+)
 from tuner.workloads import WorkloadError
 
 __all__ = ["EXIT_FAIL", "EXIT_INFEASIBLE", "EXIT_INPUT", "EXIT_OK", "COMMANDS", "err"]
@@ -107,7 +114,13 @@ def _run_to_end(store: Store, job_id: int, args: argparse.Namespace, done: int =
     n = store.job(job_id).n_trials
     prog = Progress(n)
     t0 = time.monotonic()
-    run_job(store, job_id, work_dir=Path(args.work_dir), on_trial=prog.done, on_start=prog.start)
+    try:
+        run_job(
+            store, job_id, work_dir=Path(args.work_dir), on_trial=prog.done, on_start=prog.start
+        )
+    except SpaceRefused as e:  # stored by an older version: run_job has failed the job
+        err(str(e))
+        return EXIT_INPUT
     rep = job_report(store, job_id)
     job = store.job(job_id)
     if rep.replay_surface is not None:
@@ -152,6 +165,16 @@ def _print_report(store: Store, job_id: int, rep: Report) -> None:
         print(other_target_text(orep, rep.target))
 
 
+def _warn_refused(store: Store, job_id: int) -> None:
+    """A job whose stored space today's rules refuse reads with defaults for those fields:
+    say so on stderr, so nobody takes its report for the space it ran with."""
+    if (why := store.space_refusal(job_id)) is not None:
+        print(
+            f"spectune: warning: job {job_id}: {why} (read with today's defaults for them)",
+            file=sys.stderr,
+        )
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """The finished (or running) job's report again, at any level and SLO; nothing re-runs."""
     store = Store(database_url(args.db))
@@ -165,6 +188,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     except InvalidInput as e:
         err(str(e))  # each refused field's reason, joined by "; "
         return EXIT_INPUT
+    except SpaceRefused as e:  # its stored space cannot be read even with defaults
+        err(str(e))
+        return EXIT_INPUT
+    _warn_refused(store, args.job)
     if doc is not None:
         print_json(doc)
     else:
@@ -208,11 +235,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
+    store = _store(args)
     try:
-        recs = _store(args).trial_records(args.job_id)
+        recs = store.trial_records(args.job_id)
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
+    _warn_refused(store, args.job_id)
     if args.json:
         print_json([r.flat() for r in recs])
         return EXIT_OK
@@ -244,6 +273,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ExportError as e:
         err(str(e))
         return EXIT_INFEASIBLE
+    except SpaceRefused as e:  # today's rules refuse its stored space: not what was measured
+        err(str(e))
+        return EXIT_INPUT
     if not args.json:
         print(text)
         return EXIT_OK
@@ -299,8 +331,14 @@ def cmd_db(args: argparse.Namespace) -> int:
     url = database_url(args.db)
     upgrade(url)
     rev = current_revision(url)
+    # Queued or running jobs stored with values today's rules refuse could never run: failed
+    # now, with the reason, rather than left for a worker to claim and refuse.
+    failed = Store(url).fail_refused_jobs()
+    for job_id, why in failed:
+        print(f"spectune: job {job_id} failed: {why}", file=sys.stderr)
     if args.json:
-        print_json({"database": shown(url), "revision": rev})
+        fails = [{"id": job_id, "error": why} for job_id, why in failed]
+        print_json({"database": shown(url), "revision": rev, "failed_jobs": fails})
     else:
         print(f"{shown(url)}: schema at {rev}")
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""What every command shares: exit codes, error lines, JSON output, a URL fit to print."""
+"""What every command shares: exit codes, error lines, JSON output, a URL and user strings
+fit to print."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["EXIT_FAIL", "EXIT_INFEASIBLE", "EXIT_INPUT", "EXIT_OK", "err", "print_json", "shown"]
+__all__ = [
+    "EXIT_FAIL",
+    "EXIT_INFEASIBLE",
+    "EXIT_INPUT",
+    "EXIT_OK",
+    "err",
+    "print_json",
+    "printable",
+    "shown",
+]
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 
@@ -24,6 +34,15 @@ def shown(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return url
+
+
+def printable(s: str) -> str:
+    """``s`` with control and other unprintable characters escaped as ``repr`` writes them
+    (``\\n``, ``\\x00``, ``\\u202e``): a job or workload name is user input, and a raw newline,
+    NUL or escape sequence would break a table's rows or drive the terminal."""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 def print_json(data: Any) -> None:

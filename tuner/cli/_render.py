@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from tuner.cli._common import printable
 from tuner.engines import EXPORT_FORMATS
 from tuner.explain import explain
 from tuner.export import depth_schedule, export_point
@@ -42,6 +43,9 @@ def fmt(v: Any, spec: str = ".1f") -> str:
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns; every cell passes through ``printable``."""
+    rows = [[printable(c) for c in r] for r in rows]
+    header = [printable(h) for h in header]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]

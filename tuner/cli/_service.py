@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,11 @@ import uvicorn
 from pydantic import ValidationError
 
 from tuner.api import ServiceSettings, create_app
-from tuner.cli._common import EXIT_INPUT, EXIT_OK, err, shown
+from tuner.cli._common import EXIT_FAIL, EXIT_INPUT, EXIT_OK, err, shown
 from tuner.storage import Store, database_url, token_state
 from tuner.worker import worker_from_settings
 
-__all__ = ["cmd_serve", "cmd_worker"]
+__all__ = ["cmd_serve", "cmd_worker", "uvicorn_options"]
 
 
 def _service_settings(args: argparse.Namespace, **extra: Any) -> ServiceSettings | None:
@@ -54,6 +55,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    taken = _listen_problem(settings.host, settings.port)
+    if taken is not None:
+        err(taken)
+        return EXIT_FAIL
     stored = token_state(settings.database_url, None)[0]  # tokens from `spectune token`
     auth = "on" if settings.auth_enabled or stored else "off (loopback only)"
     print(
@@ -63,8 +68,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    try:
+        uvicorn.run(create_app(settings), **uvicorn_options(settings))
+    except SystemExit as e:  # uvicorn's start-up failure is 3, our "nothing feasible"
+        if e.code in (0, None):
+            raise
+        err(f"could not serve on {_where(settings.host, settings.port)} (uvicorn's error above)")
+        return EXIT_FAIL
     return EXIT_OK
+
+
+def _where(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why uvicorn could not listen on ``host:port``, or None; bound and let go as asyncio
+    binds (SO_REUSEADDR, IPv6 only on IPv6). Found before the app starts, so its embedded
+    worker never claims a job only to be stopped a moment later."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return f"cannot serve on {_where(host, port)}: {e.strerror}"
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(addr)
+            except OSError as e:
+                why = (e.strerror or str(e)).lower()
+                return (
+                    f"cannot serve on {_where(host, port)}: {why} (another server there? "
+                    "choose another --port or SPECTUNE_PORT)"
+                )
+    return None
+
+
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """uvicorn's keywords for ``settings``. Proxy headers only from ``trusted_proxies``:
+    uvicorn's default believes X-Forwarded-For from 127.0.0.1, so any local client could
+    pick the address the rate limit counts it under, a new one with each request."""
+    proxies = list(settings.trusted_proxies)
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "info",
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": proxies or None,
+    }
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from tuner.cli._common import EXIT_INPUT, EXIT_OK, err, print_json
+from tuner.cli._common import EXIT_INPUT, EXIT_OK, err, print_json, printable
 from tuner.storage import (
     Store,
     TokenError,
@@ -61,7 +61,7 @@ def _token(args: argparse.Namespace) -> int:
             for t in list_tokens(url):
                 r = _row(t)
                 state = "active" if t.active else f"revoked {r['revoked_at']}"
-                print(f"{t.id:>4}  {t.name:<30} created {r['created_at']}  {state}")
+                print(f"{t.id:>4}  {printable(t.name):<30} created {r['created_at']}  {state}")
     except (TokenError, TokenNotFound) as e:
         err(str(e))
         return EXIT_INPUT

@@ -10,7 +10,6 @@ and its workers, and nothing else.
 from __future__ import annotations
 
 import abc
-import json
 import os
 import re
 import shlex
@@ -29,6 +28,7 @@ import psutil
 
 from tuner.engines._args import DTYPES, FlagValue
 from tuner.engines._base import EngineConfig, EngineLaunchError, FailReason
+from tuner.engines._pidfiles import reap_stale, record_group
 from tuner.engines._probe import EngineProbe
 
 __all__ = ["VISIBLE_DEVICES_ENV", "ServerProcess", "classify_failure", "free_port", "reap_stale"]
@@ -102,82 +102,6 @@ def _tail(path: Path, max_bytes: int = 6000) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def _create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def _record_group(run_dir: Path | None, pgid: int, argv: list[str]) -> Path | None:
-    """A pid file for the engine's process group: if this worker is killed (``kill -9``
-    leaves the engine running in its own session), the next worker on this host stops it."""
-    if run_dir is None:
-        return None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    me = os.getpid()
-    rec = {
-        "pgid": pgid,
-        "argv": argv,
-        "create_time": _create_time(pgid),
-        "owner_pid": me,
-        "owner_create_time": _create_time(me),
-    }
-    path = run_dir / f"engine-{pgid}.json"
-    path.write_text(json.dumps(rec))
-    return path
-
-
-def _group_members(pgid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid:
-                out.append(p)
-        except (OSError, psutil.Error):
-            pass
-    return out
-
-
-def _ours(rec: dict) -> bool:
-    """The recorded group is still ours to kill: its leader is the process we started (the
-    recorded start time; its command line is not compared, engines retitle themselves), or
-    the leader is gone and members remain (the kernel reuses no pid while a process group
-    of that id lives, so they are the engine's workers)."""
-    pgid = int(rec["pgid"])
-    try:
-        leader = psutil.Process(pgid)
-        return abs(leader.create_time() - float(rec["create_time"] or 0)) < 0.05
-    except psutil.NoSuchProcess:
-        return bool(_group_members(pgid))
-    except (psutil.Error, TypeError, ValueError):
-        return False
-
-
-def reap_stale(run_dir: Path) -> list[int]:
-    """Kill the engine groups left by workers of this host that died; their pid files go.
-    A group whose worker still runs (another worker sharing the folder) is left alone.
-    Returns the killed process-group ids."""
-    killed: list[int] = []
-    for path in sorted(run_dir.glob("engine-*.json")) if run_dir.is_dir() else []:
-        try:
-            rec = json.loads(path.read_text())
-            owner = _create_time(int(rec["owner_pid"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            continue
-        if owner is not None and abs(owner - float(rec.get("owner_create_time") or 0)) < 0.05:
-            continue  # its worker is alive
-        if _ours(rec):
-            try:
-                os.killpg(int(rec["pgid"]), signal.SIGKILL)
-                killed.append(int(rec["pgid"]))
-            except (ProcessLookupError, PermissionError):
-                pass
-        path.unlink(missing_ok=True)
-    return killed
 
 
 class _RssSampler(threading.Thread):
@@ -291,7 +215,7 @@ class ServerProcess(abc.ABC):
                 env=env,
                 start_new_session=True,
             )
-        self._pid_file = _record_group(self.run_dir, self.proc.pid, self.argv)
+        self._pid_file = record_group(self.run_dir, self.proc.pid, self.argv)
         try:
             self._wait_ready(t0)
         except BaseException:

@@ -184,8 +184,10 @@ def _reference(r: Reference, rep: Report) -> HostedReference:
 
 def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
     """The whole report as one document: one point per (configuration, level), the winner
-    and verdicts at the query's level. JobNotFound for an unknown job."""
-    space = store.space(job_id)
+    and verdicts at the query's level. JobNotFound for an unknown job. A job whose stored
+    space today's rules refuse reads with defaults for those fields and exports nothing."""
+    space = store.space(job_id, for_reading=True)
+    refused = store.space_refusal(job_id)
     sl = resolve_query(space, q)
     points: list[ParetoPoint] = []
     configs: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -199,6 +201,9 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
             configs.setdefault(p.trial_number, (p.method, p.params))
             points.append(_pareto_point(p, rep, level, sl.concurrency, front))
     assert main is not None  # the slice's level is one of the space's (resolve_query)
+    exports = winner_exports(main)
+    if refused is not None:  # read with defaults: an export would not be what was measured
+        exports = dict.fromkeys(exports, refused)
     return ParetoPublic(
         job_id=job_id,
         workload=sl.workload,
@@ -220,6 +225,6 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         references=[_reference(r, main) for r in main.references],
         winner_exports=[
             WinnerExport(name=name, available=reason is None, reason=reason)
-            for name, reason in winner_exports(main).items()
+            for name, reason in exports.items()
         ],
     )

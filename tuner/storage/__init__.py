@@ -36,6 +36,7 @@ from tuner.storage._records import (
 from tuner.storage._store import (
     CancelResult,
     JobNotFound,
+    SpaceRefused,
     Store,
     create_token,
     list_tokens,
@@ -45,6 +46,7 @@ from tuner.storage._store import (
     study_name_for,
     token_state,
 )
+from tuner.storage._stored_space import space_refusal
 from tuner.storage._tokens import (
     TOKEN_PREFIX,
     ApiTokenModel,
@@ -81,6 +83,7 @@ __all__ = [
     "MeasurementModel",
     "ReferenceModel",
     "SchemaOutOfDate",
+    "SpaceRefused",
     "StorageError",
     "Store",
     "TrialModel",
@@ -97,6 +100,7 @@ __all__ = [
     "read_search_note",
     "search_launch",
     "space_of_job",
+    "space_refusal",
     "study_name_for",
     "upgrade",
     "utcnow",

@@ -7,7 +7,7 @@ hosts, run them at the same time against one database; each row update decides a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -106,10 +106,14 @@ class QueueQueries:
         return None
 
     @retry_db
-    def joinable_job(self, *, stale_after_s: float = 60.0) -> int | None:
+    def joinable_job(
+        self, *, stale_after_s: float = 60.0, exclude: Collection[int] = ()
+    ) -> int | None:
         """The oldest running API job another worker may help with: its owner is alive
         (fresh heartbeat), it has started (its first trial row exists, so the owner has
-        seeded the study), nobody asked to cancel it and its budget has slots left."""
+        seeded the study), nobody asked to cancel it and its budget has slots left.
+        ``exclude``: jobs the caller failed to join lately (it backs off them, not the
+        others)."""
         fresh = utcnow() - timedelta(seconds=stale_after_s)
         started = select(TrialModel.trial_id).where(TrialModel.job_id == JobModel.job_id)
         with self.session() as s:
@@ -123,6 +127,7 @@ class QueueQueries:
                     JobModel.cancel_requested.is_not(True),
                     JobModel.trials_started < JobModel.n_trials,
                     started.exists(),
+                    JobModel.job_id.not_in(list(exclude)),
                 )
                 .order_by(JobModel.job_id)
             ).first()
@@ -158,6 +163,26 @@ class QueueQueries:
                 .values(trials_started=JobModel.trials_started - 1)
                 .execution_options(synchronize_session=False)
             )
+
+    @retry_db
+    def trial_slots_taken(self, job_id: int) -> int:
+        with self.session() as s:
+            n = s.scalar(select(JobModel.trials_started).where(JobModel.job_id == job_id))
+        return int(n or 0)
+
+    @retry_db
+    def give_back_trial_slots(self, job_id: int, *, taken: int, used: int) -> bool:
+        """Slots taken by a worker that died before it asked its trial go back: a
+        compare-and-set on ``taken``, so a slot taken or refunded meanwhile makes the caller
+        look again. True when they went back."""
+        with self.session() as s:
+            res = s.execute(
+                update(JobModel)
+                .where(JobModel.job_id == job_id, JobModel.trials_started == taken)
+                .values(trials_started=max(0, used))
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1
 
     @retry_db
     def sync_trial_slots(self, job_id: int, started: int) -> None:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 
 from tuner.states import TrialState
 from tuner.storage._retry import retry_db
+from tuner.storage._stored_space import SpaceRefused
 
 __all__ = [
     "RecordQueries",
@@ -139,6 +140,18 @@ class TrialRecord(BaseModel):
         return d
 
 
+# A stored row in these states holds what its launch measured: the record of the trial even
+# where Optuna failed it (its worker died between storing and telling, and it was declared
+# lost), since a trial with a stored result is never run again.
+_MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def _is_retry(t: optuna.trial.FrozenTrial) -> bool:
+    """A retry of a lost trial (Optuna's ``RetryHeartbeatStaleTrialCallback`` names the
+    trial it repeats under ``failed_trial``)."""
+    return isinstance(t.system_attrs.get("failed_trial"), int)
+
+
 _ROW_KEYS = (
     "fail_reason",
     "fail_detail",
@@ -158,28 +171,43 @@ class RecordQueries:
     """Mixin of ``Store``: needs ``job``, ``space``, ``trials`` and ``load_study``."""
 
     job: Callable[..., Any]
-    space: Callable[[int], Any]
+    space: Callable[..., Any]
     trials: Callable[..., list[Any]]
     load_study: Callable[..., optuna.Study]
 
     @retry_db
     def trial_records(self, job_id: int) -> list[TrialRecord]:
-        """Every trial of the job (waiting ones too), by number; JobNotFound if none."""
-        space = self.space(job_id)
-        conc, wl = space.primary_concurrency, space.primary_workload
+        """Every trial of the job (waiting ones too), by number; JobNotFound if none. A job
+        whose stored space today's rules refuse still lists its trials (``space_of_job``)."""
+        try:
+            space = self.space(job_id, for_reading=True)
+            conc, wl = space.primary_concurrency, space.primary_workload
+        except SpaceRefused:  # not even readable: no objective point, every measurement
+            conc, wl = 0, ""
         rows = {r.number: r for r in self.trials(job_id)}
+        trials = self.load_study(job_id).get_trials(deepcopy=False)
+        retried = {t.system_attrs["failed_trial"]: t.number for t in trials if _is_retry(t)}
         out = []
-        for t in self.load_study(job_id).get_trials(deepcopy=False):
+        for t in trials:
             r = rows.get(t.number)
             ms = [dict(m.metrics) for m in r.measurements] if r is not None else []
             prim = next((m for m in ms if (m["workload"], m["concurrency"]) == (wl, conc)), {})
             row: dict[str, Any] = {}
             if r is not None:
                 row = {k: getattr(r, k) for k in _ROW_KEYS}
+            state = t.state.name.lower()
+            if state == TrialState.FAIL and r is not None and r.state in _MEASURED:
+                state = r.state  # stored, but its worker died before Optuna was told
+            elif state == TrialState.FAIL and t.number in retried and not row.get("fail_reason"):
+                row["fail_reason"] = "interrupted"  # its worker died before it stored a row
+                row["fail_detail"] = row.get("fail_detail") or (
+                    f"its worker stopped before the trial finished; trial {retried[t.number]} "
+                    "ran it again"
+                )
             out.append(
                 TrialRecord(
                     number=t.number,
-                    state=t.state.name.lower(),
+                    state=state,
                     method=(r.method if r is not None else None) or t.params.get("method"),
                     params=(dict(r.params) if r is not None else None) or dict(t.params),
                     constraints=named_constraints(t.system_attrs),

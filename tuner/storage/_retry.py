@@ -23,6 +23,8 @@ from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from tuner._repeated import RepeatedFailure
+
 __all__ = ["RETRY_FOR_S", "ResilientRDBStorage", "is_disconnect", "no_retry", "retry_db"]
 
 log = logging.getLogger("spectune.storage")
@@ -143,8 +145,16 @@ class ResilientRDBStorage(RDBStorage):
             )
             return [r[0] for r in rows]
 
+    _beat_failing: RepeatedFailure | None = None  # made at the first beat
+
     def record_heartbeat(self, trial_id: int) -> None:
+        # A read-only or lost database fails every beat alike: one traceback, then a line
+        # every few minutes (RepeatedFailure).
+        if self._beat_failing is None:
+            self._beat_failing = RepeatedFailure(log, "trial heartbeat (not recorded)")
         try:
             retry_db(RDBStorage.record_heartbeat)(self, trial_id)
-        except Exception:
-            log.exception("trial id %s: heartbeat not recorded", trial_id)
+        except Exception as e:
+            self._beat_failing.failed(e)
+        else:
+            self._beat_failing.ok()

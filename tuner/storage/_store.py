@@ -15,14 +15,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import optuna
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from tuner.space import SearchSpace, parse_space
+from tuner.space import SearchSpace
 from tuner.states import JobState
 from tuner.storage._counts import CountQueries, ServiceCounts
 from tuner.storage._db import ensure_schema, session_scope
@@ -30,12 +29,14 @@ from tuner.storage._models import JobModel, ReferenceModel, utcnow
 from tuner.storage._queue import CancelResult, JobNotFound, QueueQueries
 from tuner.storage._records import RecordQueries
 from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, no_retry, retry_db
+from tuner.storage._stored_space import SpaceRefused, StoredSpaceQueries, space_of_job
 from tuner.storage._tokens import TokenInfo, TokenQueries
 from tuner.storage._trials import TrialQueries
 
 __all__ = [
     "CancelResult",
     "JobNotFound",
+    "SpaceRefused",
     "Store",
     "create_token",
     "list_tokens",
@@ -53,15 +54,9 @@ def study_name_for(job_id: int) -> str:
     return f"spectune-job-{job_id}"
 
 
-def space_of_job(job: JobModel) -> SearchSpace:
-    """The search space a job was stored with (paths resolve against its folder)."""
-    data = dict(job.space)
-    base = Path(data.pop("base_dir", "."))
-    data.pop("hardware", None)
-    return parse_space(data, base_dir=base, source=f"(job {job.job_id})")
-
-
-class Store(TrialQueries, RecordQueries, QueueQueries, TokenQueries, CountQueries):
+class Store(
+    TrialQueries, RecordQueries, QueueQueries, TokenQueries, CountQueries, StoredSpaceQueries
+):
     """SpecTune's tables and the Optuna studies beside them, in one database."""
 
     retry_for_s = RETRY_FOR_S  # how long a call waits for a restarting database server
@@ -179,8 +174,9 @@ class Store(TrialQueries, RecordQueries, QueueQueries, TokenQueries, CountQuerie
             return job
 
     @retry_db
-    def space(self, job_id: int) -> SearchSpace:
-        return space_of_job(self.job(job_id))
+    def space(self, job_id: int, *, for_reading: bool = False) -> SearchSpace:
+        """``space_of_job`` of the stored job: strict (to run it) unless ``for_reading``."""
+        return space_of_job(self.job(job_id), for_reading=for_reading)
 
     @retry_db
     def list_jobs(

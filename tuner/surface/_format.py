@@ -94,6 +94,7 @@ class Surface:
     path: Path
     header: dict[str, Any]
     points: dict[str, SurfacePoint]
+    name: str = ""  # the path as messages show it (as the search space wrote it)
 
     @property
     def space(self) -> SearchSpace:
@@ -189,20 +190,21 @@ def write_surface(
     return len({config_key(r["config"]) for r in rows})
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _lines(path: Path, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         text = path.read_text()
-    except OSError as e:
-        raise SurfaceError(f"cannot read surface {path}: {e.strerror}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise SurfaceError(f"cannot read surface {name}: {why}") from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise SurfaceError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            raise SurfaceError(f"{name}:{n}: not valid JSON ({e.msg})") from None
         if not isinstance(obj, dict):
-            raise SurfaceError(f"{path}:{n}: each line must be a JSON object")
+            raise SurfaceError(f"{name}:{n}: each line must be a JSON object")
         yield n, obj
 
 
@@ -216,28 +218,33 @@ def surface_is_simulated(path: str | Path) -> bool:
         return False
 
 
-def read_surface(path: str | Path) -> Surface:
-    """Load and check a surface; errors name the line and the field."""
+def read_surface(path: str | Path, name: str | None = None) -> Surface:
+    """Load and check a surface; errors name the line and the field, and the file as
+    ``name`` (default: ``path``). They never quote a value from the file: the service reads
+    files a submitter names, and an answer must not show what any other file holds."""
     p = Path(path)
-    it = _lines(p)
+    shown = str(p) if name is None else name
+    it = _lines(p, shown)
     first = next(it, None)
     if first is None:
-        raise SurfaceError(f"{p}: empty file")
+        raise SurfaceError(f"{shown}: empty file")
     _, header = first
     if header.get("format") != FORMAT:
-        raise SurfaceError(f"{p}:1: format: expected {FORMAT!r}, got {header.get('format')!r}")
+        raise SurfaceError(f"{shown}:1: format: expected {FORMAT!r} (not a SpecTune surface)")
     if not isinstance(header.get("space"), dict):
-        raise SurfaceError(f"{p}:1: space: missing (the search space the grid was taken from)")
+        raise SurfaceError(f"{shown}:1: space: missing (the search space the grid was taken from)")
     points: dict[str, SurfacePoint] = {}
     for n, row in it:
         cfg = row.get("config")
         if not isinstance(cfg, dict) or "method" not in cfg:
-            raise SurfaceError(f"{p}:{n}: config: missing or without a method")
+            raise SurfaceError(f"{shown}:{n}: config: missing or without a method")
         state = row.get("state")
         key = config_key(cfg)
         if state == TrialState.FAIL:
             if key in points:
-                raise SurfaceError(f"{p}:{n}: config: failed row for a configuration already seen")
+                raise SurfaceError(
+                    f"{shown}:{n}: config: failed row for a configuration already seen"
+                )
             points[key] = SurfacePoint(
                 cfg,
                 TrialState.FAIL,
@@ -246,16 +253,18 @@ def read_surface(path: str | Path) -> Surface:
             )
             continue
         if state != TrialState.COMPLETE:
-            raise SurfaceError(f"{p}:{n}: state: expected 'complete' or 'fail', got {state!r}")
-        for name in ("workload", "concurrency", "metrics"):
-            if name not in row:
-                raise SurfaceError(f"{p}:{n}: {name}: missing")
+            raise SurfaceError(f"{shown}:{n}: state: expected 'complete' or 'fail'")
+        for key_name in ("workload", "concurrency", "metrics"):
+            if key_name not in row:
+                raise SurfaceError(f"{shown}:{n}: {key_name}: missing")
         metrics = row["metrics"]
         if not isinstance(metrics, dict) or "output_tok_per_s" not in metrics:
-            raise SurfaceError(f"{p}:{n}: metrics: must hold at least output_tok_per_s")
+            raise SurfaceError(f"{shown}:{n}: metrics: must hold at least output_tok_per_s")
         old = points.get(key)
         if old is not None and old.state == TrialState.FAIL:
-            raise SurfaceError(f"{p}:{n}: config: measured row for a configuration that failed")
+            raise SurfaceError(
+                f"{shown}:{n}: config: measured row for a configuration that failed"
+            )
         if old is None:
             old = SurfacePoint(
                 cfg,
@@ -270,9 +279,9 @@ def read_surface(path: str | Path) -> Surface:
         level = (str(row["workload"]), int(row["concurrency"]))
         if level in old.measurements:
             raise SurfaceError(
-                f"{p}:{n}: concurrency: {level[0]} at {level[1]} recorded twice for one config"
+                f"{shown}:{n}: concurrency: {level[0]} at {level[1]} recorded twice for one config"
             )
         old.measurements[level] = metrics
     if not points:
-        raise SurfaceError(f"{p}: no measured points after the header")
-    return Surface(p, header, points)
+        raise SurfaceError(f"{shown}: no measured points after the header")
+    return Surface(p, header, points, shown)

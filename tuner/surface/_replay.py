@@ -39,20 +39,22 @@ class ReplayEngine:
     surface: Surface
 
     @classmethod
-    def open(cls, path: str | Path) -> ReplayEngine:
-        return cls(read_surface(path))
+    def open(cls, path: str | Path, name: str | None = None) -> ReplayEngine:
+        """``name``: the file as messages show it (a job's error reaches API clients, who
+        must not learn where the server keeps its files)."""
+        return cls(read_surface(path, name))
 
     def measure(self, config: dict[str, Any], levels: list[tuple[str, int]]) -> Measured:
         """The recorded measurements of ``config`` at ``levels``, in that order, and the
         launch facts (start-up time, KV-cache tokens, peak RSS, greedy match)."""
         pt = self.surface.lookup(config)
         if pt is None:
-            raise ReplayMiss(f"configuration {config} is not in the surface {self.surface.path}")
+            raise ReplayMiss(f"configuration {config} is not in the surface {self.surface.name}")
         if pt.state == TrialState.FAIL:
             reason = pt.fail_reason if pt.fail_reason in FAIL_REASONS else "crash"
             raise EngineLaunchError(
                 reason,  # type: ignore[arg-type]
-                f"recorded failure ({pt.fail_reason}) in {self.surface.path}",
+                f"recorded failure ({pt.fail_reason}) in {self.surface.name}",
                 pt.fail_detail or "",
             )
         out = []
@@ -61,7 +63,7 @@ class ReplayEngine:
             if m is None:
                 raise ReplayMiss(
                     f"configuration {config} has no recorded point for workload {wl} at "
-                    f"concurrency {level} in {self.surface.path}"
+                    f"concurrency {level} in {self.surface.name}"
                 )
             out.append({**m, "replay": str(self.surface.path)})
         return Measured(
@@ -93,7 +95,8 @@ class ReplayMeasurer(Measurer):
         confirm: bool = False,
     ) -> Measured:
         if self._engine is None:
-            self._engine = ReplayEngine.open(self.space.resolve(self.space.engine.surface or ""))
+            written = self.space.engine.surface or ""
+            self._engine = ReplayEngine.open(self.space.resolve(written), written)
         try:
             got = self._engine.measure(params, point_order(self.space))
         except ReplayMiss as e:

@@ -41,8 +41,11 @@ def builtin_path(name: str) -> Path:
 def read_text(p: Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"cannot read workload {p}: {e}") from None
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise WorkloadError(f"cannot read workload {p}: {why}") from None
+    except UnicodeDecodeError as e:  # its text would quote the file's bytes
+        raise WorkloadError(f"cannot read workload {p}: not UTF-8 (at byte {e.start})") from None
 
 
 def json_lines(p: Path) -> list[tuple[int, dict[str, Any]]]:

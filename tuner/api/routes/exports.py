@@ -27,8 +27,8 @@ def export_formats() -> ExportFormatList:
         404,
         409,
         422,
-        c409="nothing is feasible under the SLO, or the engine has no form for the winner: "
-        "nothing to export",
+        c409="nothing is feasible under the SLO, the engine has no form for the winner, or "
+        "today's rules refuse the job's stored search space: nothing to export",
         c422="unknown format (see /api/export-formats) or a bad query; names the field",
     ),
 )

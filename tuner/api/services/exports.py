@@ -25,13 +25,14 @@ def export_formats() -> ExportFormatList:
 
 def export_winner(store: Store, job_id: int, fmt: ExportFormat, q: ReportQuery) -> ExportPublic:
     """Conflict when nothing was measured (a replayed surface), nothing is feasible, or the
-    engine has no form for the winner."""
-    space = store.space(job_id)
+    engine has no form for the winner, or its stored space today's rules refuse (what it
+    would export is not what was measured)."""
+    space = store.space(job_id)  # strict: SpaceRefused, a Conflict naming each field
     sl = resolve_query(space, q)
     rep = report(store, job_id, q, sl, sl.concurrency)
     if rep.replay_surface is not None:
         raise Conflict(
-            f"job {job_id} replayed the recorded surface {rep.replay_surface} to benchmark the "
+            f"job {job_id} replayed the recorded surface {space.engine.surface} to benchmark the "
             "search; nothing was measured in it: nothing to export"
         )
     if rep.winner is None:

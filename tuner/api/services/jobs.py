@@ -80,8 +80,10 @@ def _utc(dt: datetime | None) -> datetime | None:
 
 
 def _space_or_none(job: JobModel) -> SearchSpace | None:
+    """Read leniently (a space today's rules refuse shows with defaults for those fields);
+    None when even that cannot read it."""
     try:
-        return space_of_job(job)
+        return space_of_job(job, for_reading=True)
     except SpaceError:
         return None
 
@@ -146,7 +148,13 @@ def list_jobs(store: Store, offset: int, limit: int, state: str | None) -> JobLi
 
 def cancel(store: Store, job_id: int) -> tuple[JobPublic, bool]:
     """Cancel a queued job at once, flag a running one for its worker; (the job, whether it
-    was running). Conflict when it has already ended."""
+    was running). Conflict when it has already ended. A job whose stored space today's rules
+    refuse ends at once, running or not: no worker of this version can run it to see the
+    flag (one stuck ``running`` without an owner would otherwise stay so)."""
+    why = store.space_refusal(job_id)  # JobNotFound passes through
+    ended = JobState.CANCELLED
+    if why is not None and store.end_refused(job_id, f"cancelled; {why}", state=ended):
+        return get_job(store, job_id), False
     res = store.request_cancel(job_id)
     if not res.found:
         raise JobNotFound(f"job {job_id} not found")

@@ -9,12 +9,13 @@ from typing import Any
 
 import yaml
 
-from tuner.api._paths import check_paths
+from tuner.api._paths import as_written, check_paths
 from tuner.api.schemas import JobCreate, SearchSpacePreset, SpaceValidation
 from tuner.api.settings import ServiceSettings
 from tuner.errors import FieldProblem, InvalidInput
 from tuner.measure import load_all_prompts
 from tuner.space import SearchSpace, SpaceError, parse_space, read_yaml
+from tuner.surface import SurfaceError, read_surface
 from tuner.workloads import WorkloadError
 
 __all__ = ["list_presets", "resolve_space", "validation"]
@@ -149,7 +150,14 @@ def resolve_space(settings: ServiceSettings, body: JobCreate) -> tuple[SearchSpa
     try:
         load_all_prompts(space)  # a workload file that cannot be read is bad input, too
     except WorkloadError as e:
-        raise InvalidInput.field(("body", where, "workload"), str(e)) from None
+        msg = as_written(str(e), settings, space)
+        raise InvalidInput.field(("body", where, "workload"), msg) from None
+    surface = space.engine.surface
+    if surface is not None:  # so is a file that is not a surface (not a failed job later)
+        try:
+            read_surface(space.resolve(surface), surface)
+        except SurfaceError as e:
+            raise InvalidInput.field(("body", where, "engine", "surface"), str(e)) from None
     return space, text
 
 
