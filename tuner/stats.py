@@ -22,6 +22,7 @@ __all__ = [
     "aggregate",
     "noise_score",
     "relative_mad",
+    "relaunch_interval",
     "summary",
     "t975",
 ]
@@ -96,6 +97,28 @@ def summary(values: Sequence[float], *, floor: float | None = 0.0) -> dict[str, 
     if floor is not None:
         lo = max(lo, floor)
     return {"median": med, "mad": mad, "ci95_low": lo, "ci95_high": hi, "n": n}
+
+
+def relaunch_interval(values: Sequence[float]) -> tuple[float, float]:
+    """95 % prediction interval for what one more launch of a configuration gives, from the
+    values (one per launch, e.g. each launch's median) of earlier launches.
+
+    Why not the within-launch interval: one launch's repeats share its memory layout, thread
+    placement and warm caches, so they agree far better than two launches do (issue 21: a
+    re-launch moved throughput by up to 46 %). Computed on the log scale (launch-to-launch
+    changes are multiplicative): ``mean ± t(0.975, n−1)·s·sqrt(1 + 1/n)`` over the n log
+    values, ``s`` their standard deviation; returned in the values' own units. Needs n ≥ 2
+    positive values (ValueError otherwise)."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        raise ValueError("a relaunch interval needs at least 2 launches")
+    if np.any(a <= 0):
+        raise ValueError("a relaunch interval needs positive values (it is taken on logs)")
+    logs = np.log(a)
+    n = int(a.size)
+    half = t975(n - 1) * float(logs.std(ddof=1)) * math.sqrt(1 + 1 / n)
+    mean = float(logs.mean())
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 def relative_mad(stats: dict[str, float]) -> float:

@@ -21,6 +21,7 @@ from tuner.engines import (
     METHOD_SPELLINGS,
     EngineConfig,
     ExportUnsupported,
+    _vllm,
     export_cli,
     render_export,
     sglang_argv,
@@ -194,13 +195,19 @@ def test_render_export_refusals():
         render_export("nope", _cfg(SPEC))
 
 
-def test_vllm_cli_line_is_unchanged():
+def test_vllm_cli_line_is_unchanged(monkeypatch):
+    monkeypatch.setattr(_vllm, "_iomp_library", lambda: "/venv/lib/libiomp5.so")
     cfg = _cfg(SPEC, enforce_eager=True, cpu_kvcache_gib=2)
-    assert export_cli(cfg) == (
-        "VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=2 vllm serve /m/target --max-model-len 512"
+    assert export_cli(cfg, base={"HOME": "/root", "OMP_NUM_THREADS": "2"}) == (
+        "# LD_PRELOAD: a path on the measuring machine; elsewhere preload your own"
+        " libiomp5.so (pip install intel-openmp)\n"
+        "LD_PRELOAD=/venv/lib/libiomp5.so OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=2"
+        " VLLM_TARGET_DEVICE=cpu vllm serve /m/target --max-model-len 512"
         " --max-num-seqs 8 --gpu-memory-utilization 0.85 --enforce-eager --speculative-config"
         """ '{"method":"draft_model","model":"/m/d","num_speculative_tokens":3}'"""
     )
+    # On a GPU nothing is preloaded and no path needs a note: one line.
+    assert export_cli(_cfg(SPEC, device="cuda"), base={}).startswith("vllm serve /m/target ")
 
 
 def test_each_engine_spells_every_method_it_supports():

@@ -46,7 +46,9 @@ from tuner.engines._vllm import (
     build_argv,
     build_env,
     export_cli,
+    is_speed_key,
     speculative_json,
+    speed_env,
 )
 from tuner.engines._vllm_probe import (
     VLLMProbe,
@@ -89,6 +91,7 @@ __all__ = [
     "dtype_problem",
     "export_cli",
     "extra_args_problems",
+    "is_speed_key",
     "fetch_metrics_text",
     "free_port",
     "parse_kv_cache_tokens",
@@ -103,5 +106,6 @@ __all__ = [
     "sglang_spec_flags",
     "sglang_spec_stats",
     "speculative_json",
+    "speed_env",
     "trtllm_yaml",
 ]

@@ -34,7 +34,9 @@ EXPORT_FORMATS: tuple[ExportFormat, ...] = (
         "vllm-cli",
         "vLLM command line",
         "vllm",
-        "One `vllm serve` line to paste, with every engine flag of the winner.",
+        "One `vllm serve` line to paste: the environment that changes the engine's speed "
+        "(the OpenMP preload on CPU included) and every engine flag the winner was measured "
+        "with.",
     ),
     ExportFormat(
         "vllm-schedule-json",

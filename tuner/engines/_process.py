@@ -195,14 +195,19 @@ class ServerProcess(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
-        self.port = free_port()
-        self.argv = self._argv(self.port)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.cache_root.mkdir(parents=True, exist_ok=True)
+    def command(self, port: int) -> tuple[list[str], dict[str, str]]:
+        """The argv and the whole environment ``start`` gives the process; tests compare
+        them with the export without launching anything."""
         env = self._env()
         if self.devices is not None and self.cfg.device == "cuda":
             env[VISIBLE_DEVICES_ENV] = self.devices
+        return self._argv(port), env
+
+    def start(self) -> None:
+        self.port = free_port()
+        self.argv, env = self.command(self.port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.cache_root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         with self.log_path.open("wb") as log:
             log.write(("$ " + shlex.join(self.argv) + "\n").encode())

@@ -26,7 +26,9 @@ __all__ = [
     "build_argv",
     "build_env",
     "export_cli",
+    "is_speed_key",
     "speculative_json",
+    "speed_env",
 ]
 
 _MODULE = "vllm.entrypoints.openai.api_server"
@@ -98,16 +100,30 @@ def build_argv(
     return argv + _engine_flags(cfg)
 
 
-def export_cli(cfg: EngineConfig) -> str:
-    """One shell line a user can paste: ``vllm serve MODEL --speculative-config '…' …``."""
-    parts = ["vllm", "serve", cfg.model, *_engine_flags(cfg)]
-    line = " ".join(shlex.quote(p) for p in parts)
-    env = []
-    if cfg.device == "cpu":
-        env.append("VLLM_TARGET_DEVICE=cpu")
-        if cfg.cpu_kvcache_gib is not None:
-            env.append(f"VLLM_CPU_KVCACHE_SPACE={cfg.cpu_kvcache_gib}")
-    return " ".join(env + [line])
+# Inherited variables that change how fast the engine runs: the OpenMP/BLAS runtimes' thread
+# counts and pinning, vLLM's CPU knobs, and the few vLLM switches that pick kernels or the
+# process layout. Everything else the launch inherits (HOME, PATH, ports, folders, keys) is
+# either machine-private or has no bearing on speed, and stays out of the export.
+SPEED_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "VLLM_CPU_")
+SPEED_ENV_KEYS = frozenset(
+    {
+        "LD_PRELOAD",
+        "MALLOC_ARENA_MAX",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "VLLM_TARGET_DEVICE",
+        "VLLM_ATTENTION_BACKEND",
+        "VLLM_USE_V1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_USE_FLASHINFER_SAMPLER",
+        "VLLM_FLASH_ATTN_VERSION",
+    }
+)
+
+
+def is_speed_key(key: str) -> bool:
+    """Whether an environment variable of the launch can change the engine's speed."""
+    return key in SPEED_ENV_KEYS or key.startswith(SPEED_ENV_PREFIXES)
 
 
 def _iomp_library() -> str | None:
@@ -120,8 +136,64 @@ def _iomp_library() -> str | None:
     return None
 
 
+def speed_env(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The part of a launch's environment that changes the engine's speed: the launch takes
+    exactly these speed variables and the export prints exactly these, so the two cannot
+    drift.
+
+    Kept: what SpecTune sets (on CPU ``VLLM_TARGET_DEVICE=cpu``, ``VLLM_CPU_KVCACHE_SPACE``
+    from the space, ``LD_PRELOAD`` of the venv's Intel OpenMP unless the caller's
+    environment preloads something already) and the inherited variables ``is_speed_key``
+    names (OpenMP/MKL threads and pinning, ``VLLM_CPU_*``, kernel and process-layout
+    switches). Left out: ports, hosts, API keys, log and cache folders, HOME, PATH, device
+    masks (``CUDA_VISIBLE_DEVICES`` picks this machine's GPUs), offline and telemetry switches:
+    private to the machine or no bearing on speed. ``base``: the environment the launch
+    inherits (this process's when None)."""
+    src = os.environ if base is None else base
+    env = {k: v for k, v in src.items() if is_speed_key(k)}
+    if cfg.device == "cpu":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        if cfg.cpu_kvcache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
+        else:
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the memory fraction decides then
+        # Same runtime for every trial, baseline included, or the comparison is unfair.
+        lib = _iomp_library()
+        if lib and "LD_PRELOAD" not in env:
+            env["LD_PRELOAD"] = lib
+    return env
+
+
+def _machine_note(env: Mapping[str, str]) -> str:
+    """A shell comment naming the values that are paths on the measuring machine, so whoever
+    pastes the command elsewhere knows which to point at their own copy (a preload that is
+    missing there is skipped with a warning, and the engine runs slower than measured)."""
+    paths = sorted(k for k, v in env.items() if v.startswith("/"))
+    if not paths:
+        return ""
+    what = "a path" if len(paths) == 1 else "paths"
+    note = f"# {', '.join(paths)}: {what} on the measuring machine"
+    if env.get("LD_PRELOAD", "").endswith("libiomp5.so"):
+        note += "; elsewhere preload your own libiomp5.so (pip install intel-openmp)"
+    return note + "\n"
+
+
+def export_cli(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> str:
+    """The command to paste: ``ENV=VALUE … vllm serve MODEL --speculative-config '…' …``
+    with the speed environment and the flags the trial launched with (``speed_settings``),
+    one line; a ``#`` line before it names values that are paths on the measuring machine.
+    The command stays the last line, so flags appended to the output land on it."""
+    env, flags = VLLMServer.speed_settings(cfg, base)
+    words = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    parts = ["vllm", "serve", cfg.model, *flags]
+    return _machine_note(env) + " ".join(words + [shlex.join(parts)])
+
+
 def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
+    """The server's whole environment: the inherited one less its speed variables, the
+    machine-private settings below, then ``speed_env`` (the only source of speed variables)."""
+    src = os.environ if base is None else base
+    env = {k: v for k, v in src.items() if not is_speed_key(k)}
     env.update(
         {
             "HF_HUB_OFFLINE": "1",
@@ -135,16 +207,7 @@ def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None =
             "VLLM_SERVER_DEV_MODE": "1",
         }
     )
-    if cfg.device == "cpu":
-        env["VLLM_TARGET_DEVICE"] = "cpu"
-        if cfg.cpu_kvcache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
-        else:
-            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
-        # Same runtime for every trial, baseline included, or the comparison is unfair.
-        lib = _iomp_library()
-        if lib and "LD_PRELOAD" not in env:
-            env["LD_PRELOAD"] = lib
+    env.update(speed_env(cfg, src))
     return env
 
 
@@ -160,3 +223,11 @@ class VLLMServer(ServerProcess):
 
     def _env(self) -> dict[str, str]:
         return build_env(self.cfg, self.cache_root)
+
+    @classmethod
+    def speed_settings(
+        cls, cfg: EngineConfig, base: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], list[str]]:
+        """The environment and the engine flags of a launch of ``cfg`` that change its speed:
+        what the launch uses (``build_env``, ``build_argv``) and the export prints."""
+        return speed_env(cfg, base), _engine_flags(cfg)

@@ -39,6 +39,7 @@ def export_winner(
     format: Annotated[ExportFormat, Query()] = "vllm-json",
 ) -> ExportPublic:
     """``vllm-json``: only the object after ``--speculative-config`` (``null`` when the
-    baseline wins); ``vllm-cli``: one ``vllm serve`` line; the rest as /api/export-formats
-    describes them."""
+    baseline wins); ``vllm-cli``: the measured ``ENV=… vllm serve …`` line, after a ``#``
+    line naming paths of the measuring machine; the rest as /api/export-formats describes
+    them."""
     return exports.export_winner(store, job_id, format, q)
