@@ -104,6 +104,8 @@ export async function jobPage(gen, jobId) {
         h("span", { class: "key baseline" }), "baseline ",
         h("span", { class: "key winner" }), "winner ",
         h("i", { class: "key confirmed" }), " confirmed by a second launch ", predLegend,
+        h("span", { "data-testid": "other-level-legend" }, h("span", { class: "key other" }),
+          "faded: the same trials at the other concurrency levels (pick one above) "),
         h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
       summary, whyBox, alsoBox),
     h("section", { class: "card" }, h("h2", { text: "History" }),

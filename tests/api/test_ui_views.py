@@ -201,6 +201,12 @@ def test_pareto_axes_follow_the_objectives(page):  # noqa: F811
         )
         assert float(pt.get_attribute("data-x")) == p["p99_ttft_ms"]
         assert float(pt.get_attribute("data-y")) == m["requests_per_s"]
+    # Every kind of marker has a legend entry: the faded ones are the other concurrency level.
+    assert page.locator("[data-testid=pareto-point].other").count() > 0
+    other = page.locator("[data-testid=other-level-legend]")
+    assert other.is_visible() and "other concurrency levels" in other.inner_text()
+    faded = page.locator("[data-testid=other-level-legend] .key.other")
+    assert float(faded.evaluate("k => getComputedStyle(k).opacity")) < 1
     # The job's SLO is on TPOT, not on this x axis: no SLO line until a TTFT limit is typed.
     assert page.get_attribute("[data-testid=slo-line]", "visibility") == "hidden"
     page.fill("#slo-ttft", "500")
