@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tuner.api import ServiceSettings
 from tuner.context import JobContext, MeasurerFactory
+from tuner.engines import EngineConfig
 from tuner.measure import LaunchMeasurer, Measurer
 from tuner.space import SearchSpace, loads_space
 from tuner.workloads import Prompt
@@ -134,3 +135,44 @@ def fake_measurers(launcher: list[str] | None = None) -> MeasurerFactory:
         )
 
     return make
+
+
+# The recorded tiny-cpu surface's n-gram grid as a replay job (no engine runs): fill in
+# ``name``, ``surface``, ``model`` (as the space's folder sees it) and ``trials``.
+TINY_REPLAY_SPACE = """
+name: {name}
+engine: {{kind: replay, surface: {surface}, model: {model},
+         served_model_name: tiny-target, max_model_len: 512, enforce_eager: true, device: cpu}}
+methods:
+  ngram:
+    num_speculative_tokens: {{min: 1, max: 4}}
+    prompt_lookup_min: {{min: 1, max: 2}}
+    prompt_lookup_max: {{min: 3, max: 4}}
+max_num_seqs: [4, 8]
+memory_fraction: [0.15]
+concurrency: [1, 4]
+workload: {{builtin: code_completion, num_prompts: 12, max_tokens: 64, warmup_requests: 2}}
+measurement: {{repeats: 3, confirm_top: 0}}
+lossless: {{num_prompts: 6, max_tokens: 32}}
+slo: {{p99_tpot_ms: 50}}
+trials: {trials}
+seed: 0
+"""
+TINY_SURFACE = REPO / "bench" / "surfaces" / "tiny-cpu.jsonl"
+
+# An n-gram configuration on the CPU with every field the argv and env builders read.
+NGRAM_CPU_CONFIG = EngineConfig(
+    model="/m/target",
+    served_model_name="t",
+    max_model_len=256,
+    max_num_seqs=4,
+    memory_fraction=0.2,
+    speculative_config={
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 4,
+    },
+    enforce_eager=True,
+    cpu_kvcache_gib=2,
+)

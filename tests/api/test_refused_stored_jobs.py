@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import make_settings
+from tests.helpers import TINY_REPLAY_SPACE, TINY_SURFACE, make_settings
 from tuner import cli
 from tuner.api import create_app
 from tuner.job import create_job, run_job
@@ -33,26 +33,9 @@ from tuner.storage import JobModel, SpaceRefused, Store
 from tuner.worker import Worker
 
 REPO = Path(__file__).resolve().parents[2]
-SPACE = f"""
-name: refused-later
-engine: {{kind: replay, surface: {REPO / "bench" / "surfaces" / "tiny-cpu.jsonl"},
-         model: models/tiny/target, served_model_name: tiny-target, max_model_len: 512,
-         enforce_eager: true, device: cpu}}
-methods:
-  ngram:
-    num_speculative_tokens: {{min: 1, max: 4}}
-    prompt_lookup_min: {{min: 1, max: 2}}
-    prompt_lookup_max: {{min: 3, max: 4}}
-max_num_seqs: [4, 8]
-memory_fraction: [0.15]
-concurrency: [1, 4]
-workload: {{builtin: code_completion, num_prompts: 12, max_tokens: 64, warmup_requests: 2}}
-measurement: {{repeats: 3, confirm_top: 0}}
-lossless: {{num_prompts: 6, max_tokens: 32}}
-slo: {{p99_tpot_ms: 50}}
-trials: 4
-seed: 0
-"""
+SPACE = TINY_REPLAY_SPACE.format(
+    name="refused-later", surface=TINY_SURFACE, model="models/tiny/target", trials=4
+)
 
 Patch = Callable[[dict[str, Any]], None]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_space import make_space_dir
-from tests.helpers import fake_measurers
+from tests.helpers import TINY_REPLAY_SPACE, fake_measurers
 from tuner import cli
 from tuner.cli import _commands
 from tuner.cli._common import shown
@@ -28,25 +28,9 @@ from tuner.storage import Store
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
-REPLAY = """
-name: cli-replay
-engine: {{kind: replay, surface: {surface}, model: ../models/tiny/target,
-         served_model_name: tiny-target, max_model_len: 512, enforce_eager: true, device: cpu}}
-methods:
-  ngram:
-    num_speculative_tokens: {{min: 1, max: 4}}
-    prompt_lookup_min: {{min: 1, max: 2}}
-    prompt_lookup_max: {{min: 3, max: 4}}
-max_num_seqs: [4, 8]
-memory_fraction: [0.15]
-concurrency: [1, 4]
-workload: {{builtin: code_completion, num_prompts: 12, max_tokens: 64, warmup_requests: 2}}
-measurement: {{repeats: 3, confirm_top: 0}}
-lossless: {{num_prompts: 6, max_tokens: 32}}
-slo: {{p99_tpot_ms: 50}}
-trials: {trials}
-seed: 0
-"""
+REPLAY = TINY_REPLAY_SPACE.replace("{name}", "cli-replay").replace(
+    "{model}", "../models/tiny/target"
+)
 FAKE = """
 name: cli-fake
 engine: {model: target, served_model_name: fake, startup_timeout_s: 30}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import NGRAM_CPU_CONFIG
 from tuner.engines import (
     ENGINE_KINDS,
     ENGINES,
@@ -30,21 +31,7 @@ from tuner.engines import (
     sglang_argv,
 )
 
-CFG = EngineConfig(
-    model="/m/target",
-    served_model_name="t",
-    max_model_len=256,
-    max_num_seqs=4,
-    memory_fraction=0.2,
-    speculative_config={
-        "method": "ngram",
-        "num_speculative_tokens": 3,
-        "prompt_lookup_min": 1,
-        "prompt_lookup_max": 4,
-    },
-    enforce_eager=True,
-    cpu_kvcache_gib=2,
-)
+CFG = NGRAM_CPU_CONFIG
 
 
 def test_argv_is_a_list_with_every_flag():

@@ -11,25 +11,13 @@ import shlex
 
 import pytest
 
+from tests.helpers import NGRAM_CPU_CONFIG
 from tuner.cli._render import report_text
 from tuner.engines import EngineConfig, VLLMServer, _vllm, render_export
 from tuner.pareto import Point, Report
 
 CFG = EngineConfig(
-    model="/m/target",
-    served_model_name="t",
-    max_model_len=256,
-    max_num_seqs=4,
-    memory_fraction=0.2,
-    speculative_config={
-        "method": "ngram",
-        "num_speculative_tokens": 3,
-        "prompt_lookup_min": 1,
-        "prompt_lookup_max": 4,
-    },
-    enforce_eager=True,
-    cpu_kvcache_gib=2,
-    extra_args=("--max-num-batched-tokens", "512"),
+    **{**NGRAM_CPU_CONFIG.to_dict(), "extra_args": ("--max-num-batched-tokens", "512")}
 )
 
 # The launcher's own environment: speed knobs a user set, and private things.
