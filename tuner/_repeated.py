@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RepeatedFailure"]
+__all__ = ["RepeatedFailure", "first_line"]
 
 REPORT_EVERY_S = 300.0
 
@@ -26,7 +26,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The error's first line, and its root cause's: a database error goes on with its SQL
     and parameters, which change with every beat (a timestamp) and say nothing new, and a
     wrapper's own words can mislead (Optuna calls any failed commit "invalid data")."""
@@ -66,7 +66,7 @@ class RepeatedFailure:
     def failed(self, exc: BaseException) -> None:
         """Log ``exc`` in full when it is new (or differs from the last), else count it and
         log one line when ``every_s`` has passed since the last report."""
-        line, now = _first_line(exc), self._clock()
+        line, now = first_line(exc), self._clock()
         with self._lock:
             if line != self._error:
                 self._error, self._count, self._since, self._reported = line, 1, now, now

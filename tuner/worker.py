@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tuner._repeated import RepeatedFailure
+from tuner._repeated import RepeatedFailure, first_line
 from tuner.context import MeasurerFactory, WorkerContext
 from tuner.engines import reap_stale
 from tuner.job import run_job
@@ -136,14 +136,8 @@ def _log_failure(backoff: _Backoff, key: int | None, what: str) -> None:
         log.exception("%s failed; next try in %.0f s", what, delay)
         return
     e = sys.exc_info()[1]
-    log.warning(
-        "%s failed again (%d in a row; %s: %s); next try in %.0f s",
-        what,
-        n,
-        type(e).__name__,
-        e,
-        delay,
-    )
+    line = first_line(e) if e is not None else "unknown error"
+    log.warning("%s failed again (%d in a row; %s); next try in %.0f s", what, n, line, delay)
 
 
 class Worker:

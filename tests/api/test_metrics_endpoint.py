@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import make_settings
 from tuner.api import create_app
-from tuner.storage import JobModel, Store, create_token, utcnow
+from tuner.storage import JobModel, Store, utcnow
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -58,7 +58,7 @@ def test_metrics_count_jobs_trials_launches_and_heartbeats(tmp_path):
 def test_metrics_need_a_token_when_auth_is_on(tmp_path):
     s = make_settings(tmp_path)
     with TestClient(create_app(s, run_worker=False)) as c:
-        _, token = create_token(s.database_url, "prom")
+        _, token = Store(s.database_url).create_token("prom")
         assert c.get("/metrics").status_code == 401
         r = c.get("/metrics", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200 and "spectune_jobs" in r.text

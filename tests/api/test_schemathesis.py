@@ -26,7 +26,7 @@ from schemathesis.schemas import APIOperation
 
 from tests.helpers import FAKE_LAUNCHER, fake_measurers, make_settings
 from tuner.api import create_app
-from tuner.storage import Store, create_token
+from tuner.storage import Store
 from tuner.worker import Worker
 
 # A deeper run: SPECTUNE_SCHEMATHESIS_EXAMPLES=200 pytest tests/api/test_schemathesis.py
@@ -47,7 +47,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     s = make_settings(root, rate_limit_per_s=0)
     app = create_app(s, run_worker=False)
     with TestClient(app) as c:  # runs the lifespan: the schema is created
-        _, token = create_token(s.database_url, "schemathesis")
+        _, token = Store(s.database_url).create_token("schemathesis")
         auth = {"Authorization": f"Bearer {token}"}
         job = c.post("/api/jobs", json={"preset": "fake-small", "trials": 2}, headers=auth)
         assert job.status_code == 201, job.text

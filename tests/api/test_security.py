@@ -20,7 +20,7 @@ from tuner.api import ServiceSettings, create_app, hash_token
 from tuner.api._limits import TokenBucket
 from tuner.api._scrub import REDACTED, scrub
 from tuner.cli import main
-from tuner.storage import Store, TrialModel, create_token, revoke_token
+from tuner.storage import Store, TrialModel
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_ROUTES = [
@@ -49,7 +49,7 @@ def test_a_stored_token_turns_auth_on_and_a_revoked_one_fails_at_once(tmp_path):
     s = make_settings(tmp_path)
     with TestClient(create_app(s, run_worker=False)) as c:
         assert c.get("/api/jobs").status_code == 200  # no token anywhere: auth off
-        info, token = create_token(s.database_url, "ci")
+        info, token = Store(s.database_url).create_token("ci")
         for method, path in JOB_ROUTES:
             r = c.request(method, path, json={"preset": "fake-small"})
             assert r.status_code == 401, (method, path)
@@ -60,7 +60,7 @@ def test_a_stored_token_turns_auth_on_and_a_revoked_one_fails_at_once(tmp_path):
         assert c.post("/api/jobs", json={"preset": "fake-small"}, headers=ok).status_code == 201
         assert c.get("/api/jobs/1", headers=ok).status_code == 200
         assert c.get("/metrics", headers=ok).status_code == 200
-        revoke_token(s.database_url, "ci")
+        Store(s.database_url).revoke_token("ci")
         assert c.get("/api/jobs/1", headers=ok).status_code == 401  # the very next request
         # revoking the last token does not open the server again
         assert c.get("/api/jobs/1").status_code == 401
@@ -87,7 +87,7 @@ def test_env_digests_still_work_beside_stored_tokens(tmp_path):
     with TestClient(create_app(s, run_worker=False)) as c:
         assert c.get("/api/jobs").status_code == 401
         assert c.get("/api/jobs", headers=_bearer("from-env")).status_code == 200
-        _, token = create_token(s.database_url)
+        _, token = Store(s.database_url).create_token()
         assert c.get("/api/jobs", headers=_bearer(token)).status_code == 200
         assert c.get("/api/jobs", headers=_bearer("from-env")).status_code == 200
 
@@ -96,7 +96,7 @@ def test_require_auth_refuses_job_data_before_any_token_exists(tmp_path):
     s = make_settings(tmp_path, require_auth=True)
     with TestClient(create_app(s, run_worker=False)) as c:
         assert c.get("/api/jobs").status_code == 401
-        _, token = create_token(s.database_url, "first")
+        _, token = Store(s.database_url).create_token("first")
         assert c.get("/api/jobs", headers=_bearer(token)).status_code == 200
     # and it counts as auth for serving beyond loopback
     assert ServiceSettings(host="0.0.0.0", require_auth=True).auth_enabled

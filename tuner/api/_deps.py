@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tuner.api.settings import ServiceSettings, token_matches
 from tuner.report import ReportQuery
-from tuner.storage import Store, token_state
+from tuner.storage import Store
 
 __all__ = [
     "MAX_OFFSET",
@@ -63,7 +63,7 @@ def require_token(
     presented = cred.credentials if cred is not None else None
     if presented is not None and token_matches(presented, settings.api_token_sha256):
         return
-    stored, valid = token_state(store.url, presented)
+    stored, valid = store.token_state(presented)
     if valid or not (settings.auth_enabled or stored):
         return
     raise HTTPException(

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from tuner.api import ServiceSettings, create_app
 from tuner.cli._common import EXIT_FAIL, EXIT_INPUT, EXIT_OK, err, shown
-from tuner.storage import Store, database_url, token_state
+from tuner.storage import Store, database_url
 from tuner.worker import worker_from_settings
 
 __all__ = ["cmd_serve", "cmd_worker", "uvicorn_options"]
@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if taken is not None:
         err(taken)
         return EXIT_FAIL
-    stored = token_state(settings.database_url, None)[0]  # tokens from `spectune token`
+    stored = Store(settings.database_url).token_state(None)[0]  # tokens from `spectune token`
     auth = "on" if settings.auth_enabled or stored else "off (loopback only)"
     print(
         f"spectune: serving http://{settings.host}:{settings.port}/ (auth {auth}, worker "

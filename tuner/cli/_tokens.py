@@ -13,10 +13,7 @@ from tuner.storage import (
     TokenError,
     TokenInfo,
     TokenNotFound,
-    create_token,
     database_url,
-    list_tokens,
-    revoke_token,
 )
 
 __all__ = ["add_token_parser"]
@@ -43,7 +40,7 @@ def _token(args: argparse.Namespace) -> int:
     Store(url).ensure_schema()
     try:
         if args.action == "create":
-            info, token = create_token(url, args.name)
+            info, token = Store(url).create_token(args.name)
             print(token)
             _note(
                 f"created token {info.name!r} (id {info.id}); it is shown only now. "
@@ -53,12 +50,12 @@ def _token(args: argparse.Namespace) -> int:
             if not args.target:
                 err("revoke: give the token's NAME or ID")
                 return EXIT_INPUT
-            info = revoke_token(url, args.target)
+            info = Store(url).revoke_token(args.target)
             _note(f"revoked token {info.name!r} (id {info.id}); it fails from its next request")
         elif args.json:
-            print_json([_row(t) for t in list_tokens(url)])
+            print_json([_row(t) for t in Store(url).list_tokens()])
         else:
-            for t in list_tokens(url):
+            for t in Store(url).list_tokens():
                 r = _row(t)
                 state = "active" if t.active else f"revoked {r['revoked_at']}"
                 print(f"{t.id:>4}  {printable(t.name):<30} created {r['created_at']}  {state}")

@@ -23,14 +23,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from tuner.space import SearchSpace
 from tuner.states import JobState
-from tuner.storage._counts import CountQueries, ServiceCounts
+from tuner.storage._counts import CountQueries
 from tuner.storage._db import ensure_schema, session_scope
 from tuner.storage._models import JobModel, ReferenceModel, utcnow
 from tuner.storage._queue import CancelResult, JobNotFound, QueueQueries
 from tuner.storage._records import RecordQueries
 from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, no_retry, retry_db
 from tuner.storage._stored_space import SpaceRefused, StoredSpaceQueries, space_of_job
-from tuner.storage._tokens import TokenInfo, TokenQueries
+from tuner.storage._tokens import TokenQueries
 from tuner.storage._trials import TrialQueries
 
 __all__ = [
@@ -38,13 +38,8 @@ __all__ = [
     "JobNotFound",
     "SpaceRefused",
     "Store",
-    "create_token",
-    "list_tokens",
-    "revoke_token",
-    "service_counts",
     "space_of_job",
     "study_name_for",
-    "token_state",
 ]
 
 StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
@@ -272,27 +267,3 @@ class Store(
                 .order_by(ReferenceModel.name)
             )
             return list(s.scalars(q).all())
-
-
-# For callers that hold a URL, not a Store (the CLI's token commands, the API's auth check and
-# its metrics scrape): each is the Store's method of the same name.
-
-
-def create_token(url: str, name: str | None = None) -> tuple[TokenInfo, str]:
-    return Store(url).create_token(name)
-
-
-def list_tokens(url: str) -> list[TokenInfo]:
-    return Store(url).list_tokens()
-
-
-def revoke_token(url: str, name_or_id: str) -> TokenInfo:
-    return Store(url).revoke_token(name_or_id)
-
-
-def token_state(url: str, presented: str | None) -> tuple[bool, bool]:
-    return Store(url).token_state(presented)
-
-
-def service_counts(url: str) -> ServiceCounts:
-    return Store(url).service_counts()

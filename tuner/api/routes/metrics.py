@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tuner.api._deps import Authorized
 from tuner.api._openapi import AUTH, responses
 from tuner.states import JobState, TrialState
-from tuner.storage import service_counts
+from tuner.storage import Store
 
 __all__ = ["RequestMetrics", "make_registry", "router"]
 
@@ -36,7 +36,7 @@ class _StoreCollector(Collector):
         self.url = url
 
     def collect(self) -> Iterator[Metric]:
-        c = service_counts(self.url)
+        c = Store(self.url).service_counts()
         jobs = GaugeMetricFamily("spectune_jobs", "Jobs by state.", labels=["state"])
         for state in JobState:
             jobs.add_metric([state.value], c.jobs_by_state.get(state, 0))
