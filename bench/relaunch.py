@@ -158,10 +158,12 @@ def relaunch(
     work_dir: Path,
     measurers: MeasurerFactory | None = None,
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    keep_points: bool = False,
 ) -> dict[str, Any]:
     """Launch ``params`` (full, ``complete_params``) ``launches`` times and summarise. The
     seam tests use: ``measurers`` (None: the product's ``default_measurer``) makes the
-    measurer, as ``run_job(..., measurers=...)`` does."""
+    measurer, as ``run_job(..., measurers=...)`` does. ``keep_points`` adds every launch's
+    measured points under ``points`` (bench/protocol_spread.py pools them)."""
     store.ensure_schema()
     job_id = create_job(store, space.model_copy(update={"name": f"{space.name}-relaunch"}))
     store.start_job(job_id)
@@ -192,7 +194,7 @@ def relaunch(
             say(f"launch {i + 1}/{launches}: {metric} {cells} (startup {up:.0f} s)")
     finally:
         store.end_job(job_id, JobState.SUCCEEDED if measured else JobState.FAILED, None)
-    return {
+    out = {
         "configuration": params,
         "launches": len(measured),
         "failed_launches": failed,
@@ -200,6 +202,9 @@ def relaunch(
         "workload": space.primary_workload,
         "levels": summarise(measured, metric, space.primary_workload),
     }
+    if keep_points:
+        out["points"] = measured
+    return out
 
 
 def table(result: dict[str, Any]) -> str:

@@ -119,6 +119,8 @@ class ParetoPoint(_Tolerant):
     verdict: str | None = None
     confirmed: bool = False
     noisy: bool = False
+    launches: int = 1
+    interval_kind: str | None = None
 
 
 class RoundCostVerdict(_Tolerant):
@@ -146,6 +148,8 @@ class Pareto(_Tolerant):
     points: list[ParetoPoint] = Field(default_factory=list)
     baseline_trial: int | None = None
     winner_trial: int | None = None
+    winner_confirmed: bool = False
+    equivalent_to_winner: list[dict[str, Any]] = Field(default_factory=list)
     round_cost: list[RoundCostTrial] = Field(default_factory=list)
     why: list[str] = Field(default_factory=list)
     references: list[dict[str, Any]] = Field(default_factory=list)

@@ -10,15 +10,14 @@ round commits, the time per committed token against the baseline's (the one verd
 from __future__ import annotations
 
 import random
-import statistics
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 
 from tuner.candidates import sample_candidate
+from tuner.launches import launch_count
 from tuner.pareto import Point, Report
 from tuner.storage import JobNotFound, Store
 from tuner.verdict import level_summary
@@ -28,8 +27,8 @@ __all__ = [
     "evidenced_importances",
     "explain",
     "importance_sentence",
+    "launch_sentences",
     "param_importances",
-    "relaunch_spread",
 ]
 
 MIN_CONFIGS_FOR_IMPORTANCE = 10  # distinct configurations before a ranking means anything
@@ -176,44 +175,51 @@ def explain(rep: Report, importances: Importances | None = None) -> list[str]:
                 "coordination, as the client sees it)."
             )
         lines.append(level_summary(rep.verdicts.get(w.trial_number, [])))
-    if (spread := relaunch_spread(rep.points, rep.objectives[0][0])) is not None:
-        lines.append(spread)
+    lines += launch_sentences(rep)
     if importances is not None:
         lines.append(importance_sentence(rep.objectives[0][0], importances))
     return lines
 
 
-def relaunch_spread(points: Sequence[Point], metric: str) -> str | None:
-    """What re-launching the confirmed configurations did to ``metric``: the launch-to-launch
-    noise (thread placement, memory layout, a busy host) that the repeats within one launch,
-    and so every 95% interval, leave out. None when nothing was launched twice."""
-    moves: list[tuple[float, int, int]] = []
-    halves: list[float] = []
-    for p in points:
-        m = p.metrics
-        old, new = (m.get("search") or {}).get(metric), m.get(metric)
-        if not m.get("confirmed") or not old or new is None:
-            continue
-        moves.append((float(new) / float(old) - 1.0, p.trial_number, p.concurrency))
-        st = (m.get("stats") or {}).get(metric) or {}
-        lo, hi = st.get("ci95_low"), st.get("ci95_high")
-        if lo is not None and hi is not None and new:
-            halves.append((float(hi) - float(lo)) / 2 / abs(float(new)))
-    if not moves:
-        return None
-    worst = max(moves, key=lambda x: abs(x[0]))
-    lo_move, hi_move = min(x[0] for x in moves), max(x[0] for x in moves)
-    trials = sorted({x[1] for x in moves})
-    head = (
-        f"Re-launching {len(trials)} configuration(s) to confirm them (trials "
-        f"{', '.join(map(str, trials))}) moved {metric} by {lo_move:+.0%} to {hi_move:+.0%} "
-        f"(largest: trial {worst[1]} at concurrency {worst[2]})"
-    )
-    half = statistics.median(halves) if halves else None
-    if half is None or abs(worst[0]) <= half:
-        return head + "; within the 95% intervals of one launch, so those intervals held."
-    return (
-        f"{head}, more than the 95% intervals (median +/-{half:.0%}), which come from repeats "
-        "within one launch: between configurations launched once, a difference under "
-        f"{abs(worst[0]):.0%} is not proven; the confirmed numbers are the ones ranked."
-    )
+def _label(p: Point) -> str:
+    rest = ", ".join(f"{k}={v}" for k, v in p.params.items() if k != "method")
+    return f"trial {p.trial_number} ({p.method}{': ' + rest if rest else ''})"
+
+
+def launch_sentences(rep: Report) -> list[str]:
+    """What the launches say: the job's between-launch spread and how the intervals use it,
+    whether the winner was confirmed (launched at least twice), and which configurations
+    the job cannot tell apart from it."""
+    metric = rep.objectives[0][0]
+    lines: list[str] = []
+    spread = rep.spreads.get(metric)
+    if spread is not None:
+        lines.append(
+            f"Between launches, {metric} moves by {spread.cv:.0%} at concurrency "
+            f"{rep.concurrency} (pooled over {spread.configurations} configuration(s) launched "
+            f"at least twice, {spread.df} degree(s) of freedom): every interval and verdict "
+            "here includes that spread, and a configuration launched once carries it."
+        )
+    elif rep.replay_surface is None:
+        lines.append(
+            "Nothing was launched twice, so the intervals cover only the repeats within one "
+            "launch, which a second launch need not respect."
+        )
+    w = rep.winner
+    if w is None or rep.replay_surface is not None:
+        return lines
+    n = launch_count(w.metrics)
+    if rep.winner_confirmed:
+        lines.append(f"The winner is confirmed: {n} undisturbed launches measured it.")
+    else:
+        lines.append(
+            "The winner is unconfirmed: it was launched once (the confirmation budget ran "
+            "out, or the job re-launches nothing); deploy it only after a second launch."
+        )
+    same = rep.equivalent_to_winner
+    if same:
+        lines.append(
+            "The job cannot tell these apart from the winner on "
+            f"{metric}: " + "; ".join(_label(p) for p in same) + "."
+        )
+    return lines

@@ -7,6 +7,7 @@ from typing import Any
 from tuner.engines import EXPORT_FORMATS, EngineConfig, ExportUnsupported, render_export
 from tuner.pareto import Point, Report, job_report
 from tuner.storage import Store
+from tuner.verdict import DOES_NOT_PAY
 
 __all__ = [
     "FORMATS",
@@ -34,8 +35,9 @@ _FAMILY_KEYS = (
 def depth_schedule(rep: Report) -> list[list[int]] | None:
     """vLLM's ``num_speculative_tokens_per_batch_size`` from the measurements: at each
     measured concurrency, the depth (among trials that differ from the winner only in depth)
-    with the lowest time per output token, 0 where that depth's verdict is not "pays" (slower
-    than the baseline, or tied with it within noise); each level's
+    with the lowest time per output token, 0 only where that depth's verdict is "does not
+    pay" (slower than the baseline beyond the between-launch spread: a "tied" verdict is
+    what noise alone can give, and never switches speculation off); each level's
     depth holds from that level up to the next one. None when one depth is best everywhere
     (or the winner is the baseline)."""
     w = rep.winner
@@ -58,7 +60,7 @@ def depth_schedule(rep: Report) -> list[list[int]] | None:
         if not cands:
             return None
         _, k, v = min(cands, key=lambda x: (x[0], x[1]))
-        best.append(k if v.pays_off else 0)
+        best.append(0 if v.state == DOES_NOT_PAY else k)
     if len(set(best)) <= 1 or max(best) == 0:
         return None
     top = int(w.params.get("max_num_seqs") or levels[-1])

@@ -16,6 +16,7 @@ from typing import Any
 
 import optuna
 
+from tuner.confirm import confirm
 from tuner.context import (
     JobContext,
     JobHooks,
@@ -24,7 +25,7 @@ from tuner.context import (
     WorkerContext,
     log_folder,
 )
-from tuner.engines import EngineConfig, reap_stale
+from tuner.engines import reap_stale
 from tuner.hardware import hardware_fingerprint
 from tuner.integrations import label_study, on_job_end, on_job_start, on_job_stopped
 from tuner.measure import (
@@ -32,11 +33,9 @@ from tuner.measure import (
     JobControl,
     LaunchMeasurer,
     Measurer,
-    TrialFailed,
     load_all_prompts,
     measure_references,
 )
-from tuner.pareto import job_report, score
 from tuner.recovery import Recovery, slots_used
 from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.space import SearchSpace
@@ -59,19 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# What a confirmation keeps of the search's own numbers, under ``search``.
-_SEARCH_KEYS = (
-    "output_tok_per_s",
-    "p99_tpot_ms",
-    "mean_tpot_ms",
-    "p99_ttft_ms",
-    "acceptance_rate",
-    "stats",
-    "score",
-    "noisy",
-    "relative_mad",
-)
-
 
 def create_job(
     store: Store, space: SearchSpace, *, space_yaml: str | None = None, n_trials: int | None = None
@@ -86,62 +72,6 @@ def create_job(
     )
     label_study(store.load_study(job_id), space)  # optuna-dashboard's names, from the start
     return job_id
-
-
-def _confirm(ctx: JobContext, measurer: Measurer) -> list[int]:
-    """Re-launch the best front configurations (and the baseline) and measure them again;
-    their stored numbers become the confirmed ones, the search's are kept under ``search``.
-    Returns the confirmed trial numbers."""
-    store, job_id, space = ctx.store, ctx.job_id, ctx.space
-    k = space.measurement.confirm_top
-    if k <= 0 or not measurer.live:
-        return []  # a replay has nothing to re-launch
-    rep = job_report(store, job_id)
-    name, direction = rep.objectives[0]
-    sign = -1.0 if direction == "maximize" else 1.0
-    ranked = sorted(
-        (p for p in rep.front if p.method != "none"), key=lambda p: sign * score(p, name)
-    )
-    chosen = [p.trial_number for p in ranked[:k]]
-    if not chosen:
-        return []
-    if rep.baseline is not None:
-        chosen.append(rep.baseline.trial_number)
-
-    def keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-        return {**new, "confirmed": True, "search": {key: old.get(key) for key in _SEARCH_KEYS}}
-
-    done = []
-    for number in chosen:
-        if ctx.control.cancelled:
-            break
-        row = store.trial(job_id, number)
-        cfg = EngineConfig.from_dict(row.engine_config)
-        ctx.hooks.started(number, {"confirm": True, **row.params})
-        t0 = time.monotonic()
-        try:
-            got = measurer.measure(
-                cfg, row.params, ctx.log_dir / f"confirm-{number}.log", confirm=True
-            )
-        except TrialFailed as e:
-            log.warning("confirmation of trial %s failed: %s", number, e)
-            continue
-        new = {(m["workload"], m["concurrency"]): m for m in got.points}
-        store.replace_measurements(job_id, number, new, keep)
-        done.append(number)
-        if ctx.hooks.on_trial is not None:
-            m = new.get((space.primary_workload, space.primary_concurrency), {})
-            summary = (
-                f"{m.get('output_tok_per_s', 0):.1f} tok/s, p99 TPOT "
-                f"{m.get('p99_tpot_ms') or float('nan'):.2f} ms"
-            )
-            seconds = time.monotonic() - t0
-            ctx.hooks.ended(
-                TrialEvent(
-                    number, ctx.n_trials, "confirmed", row.method, row.params, seconds, summary
-                )
-            )
-    return done
 
 
 def default_measurer(ctx: JobContext, prompts: dict[str, list[Prompt]]) -> Measurer:
@@ -271,7 +201,7 @@ def run_job(
         _run_trials(ctx, study, runner, recovery)
         if not ctx.owner:
             return store.job(job_id)
-        _confirm(ctx, measurer)
+        confirm(ctx, measurer)
     except JobCancelled:
         status = store.job_status(job_id)
         if worker.stopping() and not (status and status[1]):

@@ -8,11 +8,22 @@ non-domination rule, and a test checks it agrees with ``best_trials`` on the job
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from tuner.launches import (
+    BETWEEN,
+    WITHIN,
+    IntervalKind,
+    LaunchSpread,
+    launch_count,
+    launch_values,
+    mean_interval,
+    pooled_spread,
+    ratio_interval,
+)
 from tuner.storage import Store, space_of_job
 from tuner.verdict import Verdict, crossover_concurrency, verdicts
 
@@ -24,6 +35,7 @@ __all__ = [
     "crossover_concurrency",
     "feasible",
     "job_report",
+    "level_spreads",
     "pareto_mask",
     "score",
     "select_winner",
@@ -57,9 +69,12 @@ def feasible(
     *,
     lossless_match_rate: float | None = None,
     min_match_rate: float | None = None,
+    noise_counts: bool = True,
 ) -> tuple[bool, tuple[str, ...]]:
     """A point is feasible when it meets every SLO limit, no request failed, its repeats
-    agree (not noisy), and its greedy outputs match the baseline's well enough."""
+    agree (not noisy; ``noise_counts`` False for the baseline, which every verdict needs:
+    noise widens its interval, it never removes it), and its greedy outputs match the
+    baseline's well enough."""
     bad = []
     for name, limit in slo.items():
         v = metrics.get(name)
@@ -67,7 +82,7 @@ def feasible(
             bad.append(f"{name} {'n/a' if v is None else f'{v:.2f}'} > {limit:g}")
     if metrics.get("num_failed", 0):
         bad.append(f"{metrics['num_failed']} failed requests")
-    if metrics.get("noisy"):
+    if metrics.get("noisy") and noise_counts:
         bad.append(f"noisy: relative MAD {metrics.get('relative_mad', 0):.0%}")
     if (
         lossless_match_rate is not None
@@ -143,6 +158,56 @@ class Report:
     other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
     pruned: tuple[Point, ...] = ()  # stopped after their objective point: verdicts, no front
+    # The job's between-launch spread at this report's level, by metric (empty: nothing
+    # was launched twice, so intervals are within one launch).
+    spreads: dict[str, LaunchSpread] = field(default_factory=dict)
+
+    def interval(self, p: Point, metric: str) -> tuple[float, float, IntervalKind] | None:
+        """95% interval of ``p``'s ``metric``: over its launches with the job's spread, or
+        from one launch's repeats when the job has no spread (None: neither)."""
+        spread = self.spreads.get(metric)
+        values = launch_values(p.metrics, metric)
+        if spread is not None and values:
+            _, lo, hi = mean_interval(values, spread)
+            return lo, hi, BETWEEN
+        st = (p.metrics.get("stats") or {}).get(metric)
+        if not st or (st.get("n") or 0) < 2 or st.get("ci95_low") is None:
+            return None
+        return max(0.0, float(st["ci95_low"])), float(st["ci95_high"]), WITHIN
+
+    @property
+    def winner_confirmed(self) -> bool:
+        """The winner was launched at least twice (undisturbed launches)."""
+        return self.winner is not None and launch_count(self.winner.metrics) >= 2
+
+    def indistinguishable(self, a: Point, b: Point) -> bool:
+        """Whether the job cannot tell ``a`` from ``b`` on its first objective: the 95%
+        interval of their ratio holds 1 (launch-aware; else the repeats' intervals overlap)."""
+        metric = self.objectives[0][0]
+        spread = self.spreads.get(metric)
+        va, vb = launch_values(a.metrics, metric), launch_values(b.metrics, metric)
+        if spread is not None and va and vb:
+            _, lo, hi = ratio_interval(va, vb, spread)
+            return lo <= 1.0 <= hi
+        ia, ib = self.interval(a, metric), self.interval(b, metric)
+        if ia is None or ib is None:
+            return False
+        return ia[0] <= ib[1] and ib[0] <= ia[1]
+
+    @property
+    def equivalent_to_winner(self) -> list[Point]:
+        """Feasible configurations the job cannot tell apart from the winner, best first."""
+        w = self.winner
+        if w is None:
+            return []
+        metric, direction = self.objectives[0]
+        sign = -1.0 if direction == "maximize" else 1.0
+        same = [
+            p
+            for p in self.points
+            if p.feasible and p.trial_number != w.trial_number and self.indistinguishable(p, w)
+        ]
+        return sorted(same, key=lambda p: sign * float(p.metrics.get(metric) or 0.0))
 
     def verdict(self, p: Point) -> Verdict | None:
         """The round-cost verdict of ``p`` at this report's concurrency (None: the baseline
@@ -202,7 +267,13 @@ def job_report(
                 continue
             by_trial.setdefault(r.number, {})[m["concurrency"]] = m
             if m["concurrency"] == conc:
-                ok, why = feasible(m, limits, lossless_match_rate=rate, min_match_rate=min_match)
+                ok, why = feasible(
+                    m,
+                    limits,
+                    lossless_match_rate=rate,
+                    min_match_rate=min_match,
+                    noise_counts=r.method != "none",
+                )
                 p = Point(
                     r.number,
                     r.method,
@@ -241,12 +312,14 @@ def job_report(
     base_number = next((r.number for r in rows if r.method == "none"), None)
     base = next((p for p in points if p.trial_number == base_number), None)
     base_by_conc = by_trial.get(base_number, {}) if base_number is not None else {}
+    spreads = level_spreads(by_trial, [o for o, _ in objectives])
+    per_token = {c: sp.get("ms_per_token") for c, sp in spreads.items()}
     vd: dict[int, list[Verdict]] = {}
     cross: dict[int, int | None] = {}
     for r in rows:
         if r.method == "none" or r.number not in by_trial:
             continue
-        vd[r.number] = verdicts(by_trial[r.number], base_by_conc)
+        vd[r.number] = verdicts(by_trial[r.number], base_by_conc, per_token)
         cross[r.number] = crossover_concurrency(vd[r.number])
     surf = space.resolve(space.engine.surface) if space.engine.surface else None
     return Report(
@@ -267,4 +340,20 @@ def job_report(
         other_targets=others,
         references=tuple(references),
         pruned=tuple(pruned),
+        spreads=spreads.get(conc, {}),
     )
+
+
+def level_spreads(
+    by_trial: dict[int, dict[int, dict[str, Any]]], metrics: Sequence[str]
+) -> dict[int, dict[str, LaunchSpread]]:
+    """The between-launch spread at each level, per metric (the objectives, output tok/s and
+    ms per token), pooled over every configuration of the report launched at least twice."""
+    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", *metrics])
+    levels = {c for per in by_trial.values() for c in per}
+    out: dict[int, dict[str, LaunchSpread]] = {}
+    for c in sorted(levels):
+        pts = [per[c] for per in by_trial.values() if c in per]
+        got = {n: pooled_spread(launch_values(m, n) for m in pts) for n in names}
+        out[c] = {n: sp for n, sp in got.items() if sp is not None}
+    return out

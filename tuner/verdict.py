@@ -6,14 +6,19 @@ workload. The time is a request's end-to-end time over its output tokens (mean e
 tokens per request), not TPOT: when a starved front end delivers tokens in bursts, TTFT
 absorbs decode time and TPOT shrinks, but end-to-end does not move -- and at a fixed
 concurrency it is what the tok/s column measures, so the two cannot disagree. Both numbers
-are medians of repeats with a 95% interval; the speedup (baseline ms per token / this
-configuration's) carries the interval those two give. The verdict is:
+are combined over the launches that measured them (``tuner.launches``): the speedup
+(baseline ms per token / this configuration's) is the ratio of their geometric means, and its
+95% interval uses the job's between-launch spread at that level, so a configuration launched
+once carries that spread. The verdict is:
 
 - ``pays``: the whole speedup interval is above 1;
 - ``does not pay``: the whole interval is below 1;
-- ``tied``: the interval holds 1: the repeats cannot tell the two apart.
+- ``tied``: the interval holds 1: the launches cannot tell the two apart.
 
-A point measured once has no interval: its verdict is the plain comparison.
+When the job launched nothing twice (a replay of a recorded surface, confirmation off) there
+is no between-launch spread: the interval is the one the repeats of each launch give, and the
+verdict says so (``interval_kind`` "within one launch"). A point measured once in such a job
+has no interval: its verdict is the plain comparison.
 """
 
 from __future__ import annotations
@@ -22,6 +27,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from tuner.launches import (
+    BETWEEN,
+    WITHIN,
+    IntervalKind,
+    LaunchSpread,
+    launch_values,
+    ratio_interval,
+)
+from tuner.launches import ms_per_token as _ms_per_token
 
 __all__ = [
     "DOES_NOT_PAY",
@@ -46,15 +61,15 @@ _METRIC = "mean_e2e_ms"
 def per_token(m: Mapping[str, Any]) -> tuple[float, tuple[float, float] | None] | None:
     """(mean end-to-end ms per output token, its 95% interval) of a stored point; None when
     it lacks the numbers (no request finished)."""
-    e2e, tokens, ok = m.get(_METRIC), m.get("output_tokens"), m.get("num_ok")
-    if not e2e or not tokens or not ok:
+    value = _ms_per_token(m)
+    if value is None:
         return None
-    per_request = tokens / ok
+    per_request = m["output_tokens"] / m["num_ok"]
     st = (m.get("stats") or {}).get(_METRIC)
     ci = None
     if st and st.get("n", 1) >= 2:
         ci = (float(st["ci95_low"]) / per_request, float(st["ci95_high"]) / per_request)
-    return float(e2e) / per_request, ci
+    return value, ci
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,17 @@ class Verdict:
     baseline_ms_per_token: float
     spec_ci95: tuple[float, float] | None = None
     baseline_ci95: tuple[float, float] | None = None
+    # Per-launch ms per token of each side and the job's between-launch spread at this
+    # level: when the spread is known, the interval comes from launches, not repeats.
+    spec_launches: tuple[float, ...] = ()
+    baseline_launches: tuple[float, ...] = ()
+    spread: LaunchSpread | None = None
+
+    @property
+    def interval_kind(self) -> IntervalKind:
+        """Whether the interval covers the spread between launches or only repeats."""
+        ok = self.spread is not None and self.spec_launches and self.baseline_launches
+        return BETWEEN if ok else WITHIN
 
     @property
     def speedup(self) -> float:
@@ -74,6 +100,10 @@ class Verdict:
 
     @property
     def speedup_ci95(self) -> tuple[float, float]:
+        if self.interval_kind == BETWEEN:
+            assert self.spread is not None
+            _, lo, hi = ratio_interval(self.baseline_launches, self.spec_launches, self.spread)
+            return lo, hi
         if self.spec_ci95 is None or self.baseline_ci95 is None:
             return self.speedup, self.speedup
         (s_lo, s_hi), (b_lo, b_hi) = self.spec_ci95, self.baseline_ci95
@@ -101,7 +131,11 @@ class Verdict:
 
     def text(self) -> str:
         lo, hi = self.speedup_ci95
-        rng = "" if lo == hi else f" (speedup {self.speedup:.2f}x [{lo:.2f}-{hi:.2f}])"
+        rng = (
+            ""
+            if lo == hi
+            else f" (speedup {self.speedup:.2f}x [{lo:.2f}-{hi:.2f}], 95% {self.interval_kind})"
+        )
         if self.state == PAYS:
             return f"pays off by {abs(self.margin_pct):.1f}%{rng}"
         if self.state == DOES_NOT_PAY:
@@ -114,14 +148,30 @@ class Verdict:
         return f"{self.margin_pct:+.0f}% {word}"
 
 
+def _geo(values: tuple[float, ...]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def verdicts(
-    spec_by_conc: Mapping[int, Mapping[str, Any]], base_by_conc: Mapping[int, Mapping[str, Any]]
+    spec_by_conc: Mapping[int, Mapping[str, Any]],
+    base_by_conc: Mapping[int, Mapping[str, Any]],
+    spread_by_conc: Mapping[int, LaunchSpread | None] | None = None,
 ) -> list[Verdict]:
-    """The verdict at every concurrency both were measured at, lowest first."""
+    """The verdict at every concurrency both were measured at, lowest first. With the job's
+    between-launch spread of ms per token at a level, each side is the geometric mean of its
+    launches and the interval is the launches'."""
     out = []
     for c in sorted(spec_by_conc):
-        s, b = per_token(spec_by_conc[c]), per_token(base_by_conc.get(c, {}))
-        if s is not None and b is not None:
+        sm, bm = spec_by_conc[c], base_by_conc.get(c, {})
+        s, b = per_token(sm), per_token(bm)
+        if s is None or b is None:
+            continue
+        spread = (spread_by_conc or {}).get(c)
+        sl = tuple(launch_values(sm, "ms_per_token"))
+        bl = tuple(launch_values(bm, "ms_per_token"))
+        if spread is not None and sl and bl:
+            out.append(Verdict(c, _geo(sl), _geo(bl), s[1], b[1], sl, bl, spread))
+        else:
             out.append(Verdict(c, s[0], b[0], s[1], b[1]))
     return out
 

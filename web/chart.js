@@ -2,8 +2,9 @@
 // a maximised one up the y axis and a minimised one along x; the default objectives give
 // output tok/s against p99 TPOT), one point per (configuration, concurrency). Feasible points
 // are filled, infeasible ones hollow; the baseline is a square, the winner has a ring, a point
-// confirmed by a second launch has a check mark; whiskers are the 95% intervals over the
-// repeats (clipped at the plot's edge, where they have no cap); when the x axis is a latency
+// launched again to confirm it has a check mark, an unconfirmed winner a question mark;
+// whiskers are the 95% intervals (between launches: the job's pooled spread; within one
+// launch only when the job launched nothing twice) (clipped at the plot's edge, where they have no cap); when the x axis is a latency
 // with an SLO (p99 TPOT or TTFT) the SLO is a vertical line you can drag. A point is a link to
 // its trial (Enter or click). Predictions of a guided job (never measurements) are hollow
 // markers with a dashed outline (predicted.js), drawn under the measured points.
@@ -163,6 +164,10 @@ export function paretoChart(host, { onSlo, onOpen }) {
         ? el("rect", { ...common, x: x - 6, y: y - 6, width: 12, height: 12 }, gPts)
         : el("circle", { ...common, cx: x, cy: y, r: 6 }, gPts);
       if (p.is_winner) el("circle", { cx: x, cy: y, r: 11, class: "winner-ring" }, gPts);
+      if (p.is_winner && !data.winner_confirmed && !data.replay_surface) {
+        el("text", { x: x + 7, y: y + 16, class: "unconfirmed-mark", "data-testid": "unconfirmed-mark",
+          "data-trial": p.trial_number, "aria-hidden": "true" }, gPts).textContent = "?";
+      }
       if (p.confirmed) {
         el("text", { x: x + 7, y: y - 7, class: `confirmed-mark ${cls[2]}`, "data-testid": "confirmed-mark",
           "data-trial": p.trial_number, "data-concurrency": p.concurrency, "aria-hidden": "true" }, gPts).textContent = "✓";
@@ -225,8 +230,11 @@ function tipText(p, axes, val, ci) {
     if (t) lines.push(m === "output_tok_per_s" && p.speedup ? `${t} · ${p.speedup.toFixed(2)}× baseline` : t);
   }
   const facts = [];
-  if (p.repeats) facts.push(`median of ${p.repeats} repeat${p.repeats > 1 ? "s" : ""}`);
-  if (p.confirmed) facts.push(`✓ confirmed by a second launch` +
+  if (p.launches) facts.push(`${p.launches} launch${p.launches > 1 ? "es" : ""}`);
+  if (p.interval_kind) facts.push(`interval ${p.interval_kind}`);
+  if (p.repeats) facts.push(`${p.repeats} repeats in the latest`);
+  if (p.is_winner && p.launches < 2) facts.push("? winner unconfirmed");
+  if (p.confirmed) facts.push(`✓ launched again to confirm it` +
     (p.search_output_tok_per_s != null ? ` (search: ${p.search_output_tok_per_s.toFixed(1)} tok/s)` : ""));
   if (facts.length) lines.push(facts.join(" · "));
   const mem = [];

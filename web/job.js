@@ -35,6 +35,7 @@ export async function jobPage(gen, jobId) {
   const chartHost = h("div", { class: "chart" });
   const summary = h("p", { class: "summary", "data-testid": "pareto-summary" });
   const whyBox = h("ul", { class: "why", "data-testid": "why-winner" });
+  const winnerStatus = h("p", { class: "winner-status", "data-testid": "winner-status" });
   // Other targets (an MTP checkpoint, reported against its own baseline) and hosted endpoints.
   const alsoBox = h("ul", { class: "why", "data-testid": "also-measured" });
   const levelSel = h("select", { id: "concurrency" });
@@ -103,11 +104,15 @@ export async function jobPage(gen, jobId) {
         h("span", { class: "key infeasible" }), "infeasible ",
         h("span", { class: "key baseline" }), "baseline ",
         h("span", { class: "key winner" }), "winner ",
-        h("i", { class: "key confirmed" }), " confirmed by a second launch ", predLegend,
+        h("i", { class: "key confirmed" }), " launched again to confirm it ",
+        h("span", { "data-testid": "unconfirmed-legend" }, h("i", { class: "key unconfirmed", text: "?" }),
+          " winner unconfirmed: launched once, so a second launch may rank it otherwise "), predLegend,
         h("span", { "data-testid": "other-level-legend" }, h("span", { class: "key other" }),
           "faded: the same trials at the other concurrency levels (pick one above) "),
-        h("span", { class: "key whisker" }), "95% interval over the repeats · drag the dashed SLO line or type a limit"),
-      summary, whyBox, alsoBox),
+        h("span", { class: "key whisker" }), "95% interval between launches (the job's pooled launch-to-launch " +
+          "spread; a point's tooltip says when the job launched nothing twice and it covers only one launch's " +
+          "repeats) · drag the dashed SLO line or type a limit"),
+      summary, winnerStatus, whyBox, alsoBox),
     h("section", { class: "card" }, h("h2", { text: "History" }),
       h("div", { class: "row controls" }, objLabel),
       historyHost,
@@ -170,6 +175,7 @@ export async function jobPage(gen, jobId) {
             (w.speedup ? ` (${w.speedup.toFixed(2)}× the baseline)` : "")
              : " · nothing is feasible under this SLO")
         : "No measured trials yet.";
+      winnerStatusText(winnerStatus, rep, w);
       whyBox.replaceChildren(...(rep.why || []).map((t) => h("li", { text: t })));
       const also = (rep.other_targets || []).map((t) =>
         `Also measured: target ${t}, served by some methods instead of ${rep.target}; compared only ` +
@@ -266,4 +272,15 @@ export async function jobPage(gen, jobId) {
     if (isCurrent(gen) && (await refresh())) setTimeout(tick, 2000);
   };
   if (await refresh()) setTimeout(tick, 2000);
+}
+
+// Whether the winner was launched at least twice, and what the job cannot tell apart from it.
+function winnerStatusText(box, rep, w) {
+  box.classList.toggle("unconfirmed", Boolean(w && !rep.winner_confirmed && !rep.replay_surface));
+  if (!w || rep.replay_surface) { box.textContent = ""; return; }
+  const same = (rep.equivalent_trials || []).map((n) => `trial ${n}`);
+  box.textContent = (rep.winner_confirmed
+    ? `Winner confirmed: ${w.launches} launches.`
+    : "Winner unconfirmed: launched once; the confirmation budget ran out before a second launch.") +
+    (same.length ? ` The job cannot tell it apart from ${same.join(", ")}.` : "");
 }

@@ -31,7 +31,7 @@ export function verdictTable(jobId, rep) {
         : `tied within noise (${v.margin_pct >= 0 ? "+" : "-"}${pct}%)`;
       const cls = { "pays": "pays", "does not pay": "no-pay", "tied": "tied" }[v.state];
       return h("td", { class: cls, "data-concurrency": c, "data-pays": v.pays_off, "data-state": v.state,
-        title: `speedup ${v.speedup.toFixed(2)}× [${v.speedup_ci95_low.toFixed(2)}–${v.speedup_ci95_high === null ? "∞" : v.speedup_ci95_high.toFixed(2)}]`,
+        title: `speedup ${v.speedup.toFixed(2)}× [${v.speedup_ci95_low.toFixed(2)}–${v.speedup_ci95_high === null ? "∞" : v.speedup_ci95_high.toFixed(2)}], 95% ${v.interval_kind || "within one launch"}`,
         text: `${v.spec_ms_per_token.toFixed(2)} ms/tok, ${word}` });
     });
     const cross = r.crossover_concurrency;

@@ -343,6 +343,9 @@ def test_pareto_re_evaluates_any_slo(done):
 def test_pareto_points_carry_intervals_memory_and_greedy_match(done):
     c, job_id, _ = done
     rep = c.get(f"/api/jobs/{job_id}/pareto").json()
+    assert rep["winner_confirmed"] is False and rep["launch_spread"] == []
+    assert any("The winner is unconfirmed" in line for line in rep["why"])
+    assert any("Nothing was launched twice" in line for line in rep["why"])
     trials = {t["number"]: t for t in c.get(f"/api/jobs/{job_id}/trials").json()["items"]}
     for p in rep["points"]:
         assert p["repeats"] == 2  # the preset's measurement.repeats
@@ -350,6 +353,8 @@ def test_pareto_points_carry_intervals_memory_and_greedy_match(done):
             lo, hi = p[f"{name}_ci95_low"], p[f"{name}_ci95_high"]
             assert lo <= hi and lo <= p[name] <= hi, (name, p)  # n=2: the median is the mean
         assert p["confirmed"] is False and p["search_output_tok_per_s"] is None  # confirm_top 0
+        # nothing launched twice: the interval says it covers one launch's repeats only
+        assert p["interval_kind"] == "within one launch" and p["launches"] == 1
         assert p["noisy"] is False  # max_relative_mad 10: never noisy here
         assert p["peak_rss_mb"] > 0 and p["kv_cache_tokens"] is None  # the fake logs no KV size
         t = trials[p["trial_number"]]
@@ -407,14 +412,26 @@ def test_confirmed_points_carry_the_search_numbers(confirmed):
     c, job_id, _ = confirmed
     rep = c.get(f"/api/jobs/{job_id}/pareto").json()
     conf = {p["trial_number"] for p in rep["points"] if p["confirmed"]}
-    # confirm_top 1: the best speculative front configuration plus the baseline
-    assert rep["baseline_trial"] in conf and len(conf) == 2
+    # confirm_top 1: the baseline and the winner, each launched at least twice
+    assert rep["baseline_trial"] in conf and rep["winner_trial"] in conf
+    assert rep["winner_confirmed"] is True
+    assert rep["launch_spread"] and all(r["df"] >= 2 for r in rep["launch_spread"])
     for p in rep["points"]:
+        # every interval carries the job's between-launch spread, launched once or not
+        assert p["interval_kind"] == "between launches"
+        assert p["output_tok_per_s_ci95_low"] <= p["output_tok_per_s"]
+        assert p["output_tok_per_s"] <= p["output_tok_per_s_ci95_high"]
         if p["confirmed"]:
-            assert p["search_output_tok_per_s"] > 0
-            assert p["output_tok_per_s_ci95_low"] <= p["output_tok_per_s_ci95_high"]
+            assert p["search_output_tok_per_s"] > 0 and p["launches"] >= 2
         else:
-            assert p["search_output_tok_per_s"] is None
+            assert p["search_output_tok_per_s"] is None and p["launches"] == 1
+    assert all(isinstance(e, dict) and "method" in e for e in rep["equivalent_to_winner"])
+    assert len(rep["equivalent_trials"]) == len(rep["equivalent_to_winner"])
+    assert all(
+        v["interval_kind"] == "between launches"
+        for t in rep["round_cost"]
+        for v in t["verdicts"]
+    )
     t = c.get(f"/api/jobs/{job_id}/trials/{rep['baseline_trial']}").json()
     assert t["metrics"]["confirmed"] is True and "output_tok_per_s" in t["metrics"]["search"]
     typed = SpecTuneClient(http=c).pareto(job_id)

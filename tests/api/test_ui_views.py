@@ -207,6 +207,14 @@ def test_pareto_axes_follow_the_objectives(page):  # noqa: F811
     assert other.is_visible() and "other concurrency levels" in other.inner_text()
     faded = page.locator("[data-testid=other-level-legend] .key.other")
     assert float(faded.evaluate("k => getComputedStyle(k).opacity")) < 1
+    # This job confirms nothing (confirm_top 0): its winner is marked unconfirmed, in words
+    # beside the chart and with a "?" the legend explains.
+    assert not rep["winner_confirmed"] and rep["winner_trial"] is not None
+    mark = page.locator("[data-testid=unconfirmed-mark]")
+    assert mark.count() == 1 and mark.get_attribute("data-trial") == str(rep["winner_trial"])
+    assert "Winner unconfirmed" in page.text_content("[data-testid=winner-status]")
+    legend = page.locator("[data-testid=unconfirmed-legend]")
+    assert legend.is_visible() and "winner unconfirmed" in legend.inner_text()
     # The job's SLO is on TPOT, not on this x axis: no SLO line until a TTFT limit is typed.
     assert page.get_attribute("[data-testid=slo-line]", "visibility") == "hidden"
     page.fill("#slo-ttft", "500")

@@ -115,9 +115,10 @@ def plan_space(space: SearchSpace, source: str, db_url: str | None) -> dict[str,
         refused = _preflight_grid(space, configs)
         out["preflight"] = {"checked": True, "refused": refused}
         runnable = len(configs) - len(refused)
-    confirm = space.measurement.confirm_top
+    ms = space.measurement
     launches = 0 if replay is not None else min(space.trials, runnable)
-    confirm_launches = 0 if replay is not None or confirm <= 0 else confirm + 1
+    off = replay is not None or ms.confirm_top <= 0
+    confirm_launches = 0 if off else ms.confirm_budget  # tuner.confirm: at most the budget
     per_launch, n_hist = (None, 0) if replay else _seconds_per_launch(db_url, space.engine.device)
     total = None if per_launch is None else per_launch * (launches + confirm_launches)
     out["estimate"] = {

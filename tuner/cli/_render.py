@@ -12,8 +12,9 @@ from tuner.engines import EXPORT_FORMATS
 from tuner.explain import explain
 from tuner.export import depth_schedule, export_point
 from tuner.job import TrialEvent
+from tuner.launches import launch_count
 from tuner.methods import params_text
-from tuner.pareto import Report
+from tuner.pareto import Point, Report
 from tuner.storage import TrialRecord
 from tuner.surface import surface_is_simulated
 from tuner.verdict import per_token
@@ -70,7 +71,9 @@ class Progress:
     def start(self, number: int, params: dict[str, Any]) -> None:
         el = time.monotonic() - self.t0
         if params.get("confirm"):
-            msg = f"confirming trial {number}: {params_text(params)} (second launch) ..."
+            msg = (
+                f"confirming trial {number}: {params_text(params)} (launched again to confirm) ..."
+            )
             print(f"{self._bar(self.n)}  {el:6.0f}s  {msg}", file=sys.stderr, flush=True)
             return
         print(
@@ -98,7 +101,7 @@ class Progress:
 
 
 def _ci(m: dict[str, Any], name: str, spec: str) -> str:
-    """Median with its 95 % interval over repeats: ``123.4 [118.0-128.9]``."""
+    """Median with its 95 % interval over repeats: ``123.4 [118.0-128.9]`` (hosted rows)."""
     v = m.get(name)
     if v is None:
         return "-"
@@ -106,6 +109,27 @@ def _ci(m: dict[str, Any], name: str, spec: str) -> str:
     if not st or st.get("n", 1) < 2:
         return format(v, spec)
     return f"{format(v, spec)} [{format(st['ci95_low'], spec)}-{format(st['ci95_high'], spec)}]"
+
+
+def _interval(rep: Report, p: Point, name: str, spec: str) -> str:
+    """The report's value with its 95 % interval (``Report.interval``: over launches)."""
+    v = p.metrics.get(name)
+    if v is None:
+        return "-"
+    got = rep.interval(p, name)
+    if got is None:
+        return format(v, spec)
+    return f"{format(v, spec)} [{format(max(0.0, got[0]), spec)}-{format(got[1], spec)}]"
+
+
+def _interval_note(rep: Report) -> str:
+    spread = rep.spreads.get(rep.objectives[0][0])
+    if spread is not None:
+        return (
+            "geometric means over launches, [95% interval between launches: the job's "
+            f"spread, {spread.cv:.0%}, pooled over {spread.configurations} configuration(s)]"
+        )
+    return "medians of repeats, [95% interval within one launch: nothing launched twice]"
 
 
 def report_text(rep: Report, why: list[str] | None = None) -> str:
@@ -126,7 +150,7 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
         f"SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
-        + "; medians of repeats, [95% interval])"
+        + f"; {_interval_note(rep)})"
     ]
     header = [
         "trial",
@@ -137,6 +161,7 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         "accept",
         "mean acc len",
         "per-token speedup",
+        "launches",
         "greedy match",
         "KV tokens",
         "feasible",
@@ -158,12 +183,14 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
                 + ("*" if p is rep.winner else "")
                 + ("c" if m.get("confirmed") else ""),
                 params_text(p.params) + f" seqs={p.params['max_num_seqs']}",
-                _ci(m, "output_tok_per_s", ".1f"),
-                _ci(m, "p99_tpot_ms", ".2f") + ("~" if m.get("multi_token_chunks") else ""),
+                _interval(rep, p, "output_tok_per_s", ".1f"),
+                _interval(rep, p, "p99_tpot_ms", ".2f")
+                + ("~" if m.get("multi_token_chunks") else ""),
                 fmt(m.get("p99_ttft_ms"), ".1f"),
                 "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
                 fmt(m.get("mean_acceptance_length"), ".2f"),
                 sp_cell,
+                str(launch_count(m)),
                 "ref"
                 if p.method == "none"
                 else ("-" if p.lossless_match_rate is None else f"{p.lossless_match_rate:.0%}"),
@@ -185,13 +212,15 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
                 "-",  # another server: no round-cost verdict against this baseline
                 "-",
                 "-",
+                "-",
                 ("yes" if r.feasible else "no: " + "; ".join(r.violations))
                 + (f" ({r.error})" if r.error else ""),
             ]
         )
     lines.append(table(rows, header))
     lines.append(
-        "(* winner; c: confirmed by a second launch; ~: streamed chunks carried several tokens, "
+        "(* winner; c: launched again to confirm it; launches: undisturbed engine launches "
+        "behind the row; ~: streamed chunks carried several tokens, "
         "so TPOT spreads each request's time over its tokens and ITL is per chunk; per-token "
         "speedup: the round-cost verdict below; the baseline row is the same target "
         "without speculation"
@@ -240,6 +269,16 @@ def other_target_text(orep: Report, main_target: str) -> str:
     )
 
 
+def _base_ms(rep: Report, c: int) -> float | None:
+    """The baseline's ms per token at level ``c``: as the verdicts combine its launches."""
+    for vs in rep.verdicts.values():
+        for v in vs:
+            if v.concurrency == c:
+                return v.baseline_ms_per_token
+    pt = per_token(rep.baseline_by_conc.get(c, {}))
+    return pt[0] if pt else None
+
+
 def _levels_text(rep: Report) -> str:
     """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
     levels = sorted(rep.baseline_by_conc)
@@ -250,10 +289,9 @@ def _levels_text(rep: Report) -> str:
     if not levels:
         return out[0] + "\n  (no baseline measured: no verdict)"
     header = ["trial", "configuration"] + [f"c={c}" for c in levels] + ["stops paying at"]
-    base = rep.baseline_by_conc
     rows = [
         ["base", "baseline (no speculation)"]
-        + [f"{fmt(pt[0] if (pt := per_token(base[c])) else None, '.2f')} ms/tok" for c in levels]
+        + [f"{fmt(_base_ms(rep, c), '.2f')} ms/tok" for c in levels]
         + ["-"]
     ]
     names = {p.trial_number: p for p in rep.points}
@@ -280,7 +318,9 @@ def _levels_text(rep: Report) -> str:
     out.append(table(rows, header))
     out.append(
         "(+N%/-N%: faster/slower per token than the baseline; pays / no / tied: the 95% "
-        "intervals of both say it is faster / slower / cannot tell"
+        "interval of the speedup ("
+        + ("between launches" if rep.spreads else "within one launch")
+        + ") says it is faster / slower / cannot tell"
         + ("; pruned trials stopped after the objective level" if cut else "")
         + ")"
     )

@@ -9,6 +9,7 @@ times on a running server and aggregates them (median, MAD, 95% interval, noise-
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ __all__ = [
     "measure_point",
     "objective_values",
     "point_order",
+    "repeat_requests",
+    "warm_up",
 ]
 
 MAX_FAILED_FRACTION = 0.0  # any failed request makes a point infeasible: its numbers lie
@@ -79,38 +82,104 @@ def _objective_noise(agg: dict[str, Any], space: SearchSpace) -> float:
     return rel
 
 
+def _window(
+    server: Server,
+    space: SearchSpace,
+    wl: WorkloadSpec,
+    prompts: list[Prompt],
+    level: int,
+    *,
+    num_requests: int,
+    warmup_requests: int = 0,
+    seed: int = 0,
+) -> tuple[Measurement, bool]:
+    """One measured window of ``num_requests`` at ``level`` (a repeat or a warm-up window),
+    from an empty prefix cache when the space asks for it; and whether the cache was reset."""
+    reset = False
+    if space.measurement.reset_prefix_cache:
+        reset = bool(asyncio.run(server.probe.reset_prefix_cache(server.base_url)))
+    m = asyncio.run(
+        measure(
+            server.base_url,
+            space.engine.served_model_name,
+            prompts,
+            workload=wl.name,
+            concurrency=level,
+            num_requests=num_requests,
+            max_tokens=wl.max_tokens,
+            warmup_requests=warmup_requests,
+            timeout_s=wl.request_timeout_s,
+            slo=space.slo.limits(),
+            request_rate=wl.request_rate,
+            seed=seed,
+            probe=server.probe,
+            headers=server.headers,
+        )
+    )
+    return m, reset
+
+
+def warm_up(
+    server: Server, space: SearchSpace, wl: WorkloadSpec, prompts: list[Prompt], level: int
+) -> dict[str, Any]:
+    """Bring the engine to steady state at ``level`` before its repeats are measured.
+
+    Why: a fresh engine's first requests run 30-55 % slower than later ones (first-request
+    TTFT 108 ms against 12-15 ms steady, issue 21), and two fixed warm-up requests did not
+    cover it. The workload's warm-up requests go first; with ``warmup: steady`` windows of
+    max(4, 2 x level) requests follow until two in a row agree on output tok/s within
+    ``warmup_tolerance``, or ``max_warmup_windows`` is reached (``capped``: the point is
+    measured anyway and says so). Returns the windows sent, whether the cap was hit, and the
+    last window's rate in requests per second (what sizes a repeat by time)."""
+    ms = space.measurement
+    rate: float | None = None
+    if wl.warmup_requests:
+        first, _ = _window(server, space, wl, prompts, level, num_requests=wl.warmup_requests)
+        rate = first.requests_per_s or None
+    if ms.warmup != "steady":
+        return {"warmup_windows": 0, "warmup_capped": False, "rate_req_per_s": rate}
+    size = max(4, 2 * level)
+    prev: float | None = None
+    for i in range(ms.max_warmup_windows):
+        m, _ = _window(server, space, wl, prompts, level, num_requests=size, seed=space.seed + i)
+        if m.num_requests and m.num_failed == m.num_requests:  # wedged: do not wait out the cap
+            raise LoadError(f"every warm-up request failed at concurrency {level}: {m.errors}")
+        rate = m.requests_per_s or rate
+        tps = m.output_tok_per_s
+        if prev and tps and abs(tps - prev) <= ms.warmup_tolerance * max(tps, prev):
+            return {"warmup_windows": i + 1, "warmup_capped": False, "rate_req_per_s": rate}
+        prev = tps
+    return {"warmup_windows": ms.max_warmup_windows, "warmup_capped": True, "rate_req_per_s": rate}
+
+
+def repeat_requests(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None) -> int:
+    """Requests in one repeat: the workload's num_prompts (at least one per slot), or, with
+    ``repeat_s``, as many as fill that many seconds at the warm-up's rate."""
+    n = max(wl.num_prompts, level)
+    seconds = space.measurement.repeat_s
+    if seconds is not None and rate:
+        n = max(n, math.ceil(rate * seconds))
+    return n
+
+
 def measure_point(
     server: Server, space: SearchSpace, wl: WorkloadSpec, prompts: list[Prompt], level: int
 ) -> dict[str, Any]:
-    """N repeats at one (workload, level); a too-noisy set is thrown away and measured again."""
+    """Warm up to steady state, then N repeats at one (workload, level); a too-noisy set is
+    thrown away and measured again."""
     ms = space.measurement
     remeasured = 0
+    warm = warm_up(server, space, wl, prompts, level)
+    num_requests = repeat_requests(space, wl, level, warm["rate_req_per_s"])
     while True:
         runs: list[Measurement] = []
         resets = 0
         for r in range(ms.repeats):
-            if ms.reset_prefix_cache:
-                resets += asyncio.run(server.probe.reset_prefix_cache(server.base_url))
-            runs.append(
-                asyncio.run(
-                    measure(
-                        server.base_url,
-                        space.engine.served_model_name,
-                        prompts,
-                        workload=wl.name,
-                        concurrency=level,
-                        num_requests=max(wl.num_prompts, level),
-                        max_tokens=wl.max_tokens,
-                        warmup_requests=wl.warmup_requests if r == 0 else 0,
-                        timeout_s=wl.request_timeout_s,
-                        slo=space.slo.limits(),
-                        request_rate=wl.request_rate,
-                        seed=space.seed + r,
-                        probe=server.probe,
-                        headers=server.headers,
-                    )
-                )
+            m, reset = _window(
+                server, space, wl, prompts, level, num_requests=num_requests, seed=space.seed + r
             )
+            runs.append(m)
+            resets += reset
             if not server.alive():
                 raise TrialFailed("crash", "engine died during measurement\n" + server.log_tail())
             last = runs[-1]
@@ -128,6 +197,8 @@ def measure_point(
     agg["relative_mad"] = noise
     agg["noisy"] = noise > ms.max_relative_mad
     agg["prefix_cache_resets"] = resets
+    agg["warmup_windows"] = warm["warmup_windows"]
+    agg["warmup_capped"] = warm["warmup_capped"]
     agg["arrival"] = wl.arrival
     agg["score"] = {
         o.metric: noise_score(agg["stats"][o.metric], o.resolved_direction, ms.noise_penalty)

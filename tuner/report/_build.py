@@ -12,9 +12,11 @@ from typing import Any
 from tuner.errors import InvalidInput
 from tuner.explain import explain
 from tuner.export import winner_exports
+from tuner.launches import launch_count
 from tuner.pareto import Point, Reference, Report, job_report
 from tuner.report._models import (
     HostedReference,
+    LaunchSpreadPublic,
     ParetoPoint,
     ParetoPublic,
     RoundCostTrial,
@@ -82,20 +84,20 @@ def report(store: Store, job_id: int, q: ReportQuery, sl: Slice, concurrency: in
         raise InvalidInput.field(("query", "target"), str(e)) from None
 
 
-def _ci95(m: dict[str, Any], name: str) -> tuple[float | None, float | None]:
-    """The 95% interval over repeats, when there were several (one run has none). It is a
-    t-interval of the mean, so with 2-3 repeats its low end can fall below 0 for a quantity
-    that cannot: that end is answered as 0."""
-    st = (m.get("stats") or {}).get(name)
-    if not st or (st.get("n") or 0) < 2 or st.get("ci95_low") is None:
-        return None, None
-    return max(0.0, st["ci95_low"]), st.get("ci95_high")
+def _ci95(rep: Report, p: Point, name: str) -> tuple[float | None, float | None, str | None]:
+    """The report's 95% interval of ``p``'s ``name`` and what it covers (``Report.interval``:
+    over launches with the job's spread, else one launch's repeats; None: neither). A
+    t-interval over 2-3 repeats can reach below 0 for a quantity that cannot: answered 0."""
+    got = rep.interval(p, name)
+    if got is None:
+        return None, None, None
+    return max(0.0, got[0]), got[1], got[2]
 
 
 def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int]) -> ParetoPoint:
     m = p.metrics
-    tps_lo, tps_hi = _ci95(m, "output_tok_per_s")
-    tpot_lo, tpot_hi = _ci95(m, "p99_tpot_ms")
+    tps_lo, tps_hi, kind = _ci95(rep, p, "output_tok_per_s")
+    tpot_lo, tpot_hi, _ = _ci95(rep, p, "p99_tpot_ms")
     search = m.get("search") or {}
     return ParetoPoint(
         trial_number=p.trial_number,
@@ -121,8 +123,11 @@ def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int])
         output_tok_per_s_ci95_high=tps_hi,
         p99_tpot_ms_ci95_low=tpot_lo,
         p99_tpot_ms_ci95_high=tpot_hi,
+        interval_kind=kind,
+        launches=launch_count(m),
         repeats=m.get("repeats"),
         confirmed=bool(m.get("confirmed")),
+        warmup_capped=bool(m.get("warmup_capped")),
         search_output_tok_per_s=search.get("output_tok_per_s") if m.get("confirmed") else None,
         noisy=bool(m.get("noisy")),
         multi_token_chunks=bool(m.get("multi_token_chunks")),
@@ -155,6 +160,7 @@ def _round_cost(
                         speedup=v.speedup,
                         speedup_ci95_low=v.speedup_ci95[0],
                         speedup_ci95_high=hi if math.isfinite(hi := v.speedup_ci95[1]) else None,
+                        interval_kind=v.interval_kind,
                     )
                     for v in vs
                 ],
@@ -192,15 +198,28 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
     points: list[ParetoPoint] = []
     configs: dict[int, tuple[str, dict[str, Any]]] = {}
     main: Report | None = None
+    spread_rows: list[LaunchSpreadPublic] = []
     for level in space.concurrency:
         rep = report(store, job_id, q, sl, level)
         front = {p.trial_number for p in rep.front}
         if level == sl.concurrency:
             main = rep
+        spread_rows += [
+            LaunchSpreadPublic(
+                concurrency=level,
+                metric=name,
+                cv=sp.cv,
+                log_sd=sp.log_sd,
+                df=sp.df,
+                configurations=sp.configurations,
+            )
+            for name, sp in rep.spreads.items()
+        ]
         for p in (*rep.points, *rep.pruned):
             configs.setdefault(p.trial_number, (p.method, p.params))
             points.append(_pareto_point(p, rep, level, sl.concurrency, front))
     assert main is not None  # the slice's level is one of the space's (resolve_query)
+    equivalent = main.equivalent_to_winner
     exports = winner_exports(main)
     if refused is not None:  # read with defaults: an export would not be what was measured
         exports = dict.fromkeys(exports, refused)
@@ -216,6 +235,10 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         points=points,
         baseline_trial=main.baseline.trial_number if main.baseline else None,
         winner_trial=main.winner.trial_number if main.winner else None,
+        winner_confirmed=main.winner_confirmed,
+        equivalent_to_winner=[dict(p.params) for p in equivalent],
+        equivalent_trials=[p.trial_number for p in equivalent],
+        launch_spread=spread_rows,
         round_cost=_round_cost(main, configs),
         why=explain(main),
         replay_surface=main.replay_surface,

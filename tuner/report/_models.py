@@ -14,6 +14,7 @@ __all__ = [
     "ExportFormat",
     "FrozenModel",
     "HostedReference",
+    "LaunchSpreadPublic",
     "ParetoPoint",
     "ParetoPublic",
     "RoundCostTrial",
@@ -55,19 +56,34 @@ class ParetoPoint(FrozenModel):
         None, description="the round-cost verdict at this concurrency (null: the baseline)"
     )
     output_tok_per_s_ci95_low: float | None = Field(
-        None, description="95% interval of the mean over the repeats (null: one run)"
+        None,
+        description="95% interval (interval_kind says over what; null: one run and no "
+        "between-launch spread)",
     )
     output_tok_per_s_ci95_high: float | None = None
     p99_tpot_ms_ci95_low: float | None = None
     p99_tpot_ms_ci95_high: float | None = None
-    repeats: int | None = Field(None, description="measurements behind the medians")
+    interval_kind: Literal["between launches", "within one launch"] | None = Field(
+        None,
+        description="between launches: the geometric mean of this point's launches with the "
+        "job's pooled between-launch spread (a point launched once carries that spread); "
+        "within one launch: the job launched nothing twice, so only repeats are covered",
+    )
+    launches: int = Field(1, description="undisturbed engine launches behind the numbers")
+    repeats: int | None = Field(None, description="measurements behind the latest launch")
     confirmed: bool = Field(
-        False, description="re-measured on a second engine launch; these are those numbers"
+        False,
+        description="launched again at the end of the job; the numbers combine its launches",
     )
     search_output_tok_per_s: float | None = Field(
         None, description="what the search measured before confirmation (confirmed points)"
     )
-    noisy: bool = Field(False, description="repeats disagreed beyond max_relative_mad")
+    noisy: bool = Field(
+        False, description="repeats disagreed beyond max_relative_mad in every launch"
+    )
+    warmup_capped: bool = Field(
+        False, description="the steady-state warm-up hit its cap before numbers settled"
+    )
     multi_token_chunks: bool = Field(
         False,
         description="streamed chunks carried several tokens (speculation commits several per "
@@ -99,6 +115,21 @@ class RoundCostVerdict(FrozenModel):
     speedup_ci95_high: float | None = Field(
         description="null: unbounded (this point's interval of time per token reaches 0)"
     )
+    interval_kind: Literal["between launches", "within one launch"] = Field(
+        "within one launch",
+        description="whether the speedup interval covers the spread between launches",
+    )
+
+
+class LaunchSpreadPublic(FrozenModel):
+    """The job's between-launch spread of one metric at one level."""
+
+    concurrency: int
+    metric: str
+    cv: float = Field(description="between-launch coefficient of variation (log-normal)")
+    log_sd: float = Field(description="pooled standard deviation of log values")
+    df: int = Field(description="degrees of freedom: sum of (launches - 1)")
+    configurations: int = Field(description="configurations launched at least twice")
 
 
 class RoundCostTrial(FrozenModel):
@@ -143,6 +174,24 @@ class ParetoPublic(FrozenModel):
     points: list[ParetoPoint]
     baseline_trial: int | None
     winner_trial: int | None
+    winner_confirmed: bool = Field(
+        False,
+        description="the winner was launched at least twice; false: unconfirmed (the "
+        "confirmation budget ran out, or the job re-launches nothing)",
+    )
+    equivalent_to_winner: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="params of the feasible configurations the job cannot tell apart from "
+        "the winner on its first objective under its launch-aware intervals",
+    )
+    equivalent_trials: list[int] = Field(
+        default_factory=list, description="their trial numbers, in the same order"
+    )
+    launch_spread: list[LaunchSpreadPublic] = Field(
+        default_factory=list,
+        description="the job's between-launch spread per level and metric (empty: nothing "
+        "was launched twice; intervals are then within one launch)",
+    )
     round_cost: list[RoundCostTrial] = Field(
         default_factory=list,
         description="round-cost verdict of every speculative trial at every concurrency",

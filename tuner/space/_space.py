@@ -104,6 +104,27 @@ class MeasurementSpec(StrictModel):
     confirm_top: Annotated[int, Field(ge=0, le=20)] = Field(
         2, description="Front configurations re-launched and re-measured at the end of the job."
     )
+    confirm_budget: Annotated[int, Field(ge=0, le=50)] = Field(
+        4,
+        description="Engine launches the end of the job may spend confirming: the baseline "
+        "and the winner launched at least twice, finalists the job cannot tell apart launched "
+        "in turn (A, B, A, B), a disturbed launch re-launched. 0: no confirmation.",
+    )
+    warmup: Literal["steady", "fixed"] = Field(
+        "steady",
+        description="steady: after the workload's warm-up requests, windows of requests at "
+        "the level's concurrency until two in a row agree within warmup_tolerance (at most "
+        "max_warmup_windows; the point is flagged when the cap is hit); fixed: only the "
+        "warm-up requests.",
+    )
+    warmup_tolerance: Annotated[float, Field(gt=0, le=1)] = 0.1
+    max_warmup_windows: Annotated[int, Field(ge=2, le=100)] = 8
+    repeat_s: Annotated[float, Field(gt=0, le=3600)] | None = Field(
+        None,
+        description="Size each repeat to about this many seconds at the rate the warm-up "
+        "reached (never fewer requests than the workload's num_prompts); None: num_prompts "
+        "requests per repeat.",
+    )
     reset_prefix_cache: bool = True
     prune: bool = Field(
         True,

@@ -1,0 +1,158 @@
+"""The end of a job: launch again until the winner is confirmed, within a budget.
+
+Why: the launch is the unit of replication (``tuner.launches``). A winner launched once may
+be a lucky launch, and a job that names it has not shown it; between finalists, only launches
+made close together compare fairly on a host whose speed drifts. So, one launch at a time
+(``next_launch`` decides, from the report as it stands after the last launch):
+
+1. the baseline until it has two undisturbed launches (every verdict divides by it; a
+   disturbed launch is launched again, never dropped);
+2. a configuration kept off the front only by noisy repeats that would rank above the
+   winner (a disturbed launch is measured again, not only flagged);
+3. the winner until it has two undisturbed launches (a new winner may take its place after
+   each launch: the ranking is re-read);
+4. finalists the job cannot tell apart from the winner (up to ``confirm_top`` configurations
+   with it), in turn, the one with the fewest launches first: A, B, A, B, as SMAC's
+   intensification compares a challenger only on shared instances;
+5. while the winner's verdict at the objective level is still "tied", the baseline and the
+   winner in turn, to narrow it;
+
+each configuration at most ``MAX_LAUNCHES`` times, until ``confirm_budget`` launches are
+spent. A launch that fails is not tried again. The report says "unconfirmed" when the budget
+ran out before the winner had two launches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from typing import Any
+
+from tuner.context import JobContext, TrialEvent
+from tuner.engines import EngineConfig
+from tuner.launches import launch_count, merge_launch
+from tuner.measure import Measurer, TrialFailed
+from tuner.pareto import Point, Report, job_report
+from tuner.verdict import TIED
+
+__all__ = ["MAX_LAUNCHES", "confirm", "next_launch"]
+
+log = logging.getLogger(__name__)
+
+MAX_LAUNCHES = 4  # per configuration: beyond it, another launch narrows little (1/sqrt(n))
+
+
+def _rank(rep: Report, points: list[Point]) -> list[Point]:
+    metric, direction = rep.objectives[0]
+    sign = -1.0 if direction == "maximize" else 1.0
+    return sorted(points, key=lambda p: sign * float(p.metrics.get(metric) or 0.0))
+
+
+def _noise_only(p: Point) -> bool:
+    """Infeasible only because its repeats were too noisy: worth launching again."""
+    return bool(p.violations) and all(v.startswith("noisy") for v in p.violations)
+
+
+def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> int | None:
+    """The trial to launch next to confirm the report's winner (module docstring), or None
+    when nothing more is worth a launch."""
+
+    def room(p: Point) -> bool:
+        return p.trial_number not in failed and launch_count(p.metrics) < MAX_LAUNCHES
+
+    base = rep.baseline
+    if base is not None and launch_count(base.metrics) < 2 and room(base):
+        return base.trial_number
+    w = rep.winner
+    metric, direction = rep.objectives[0]
+    sign = -1.0 if direction == "maximize" else 1.0
+
+    def beats_winner(p: Point) -> bool:
+        if w is None:
+            return True
+        return sign * float(p.metrics.get(metric) or 0.0) < sign * float(w.metrics[metric])
+
+    # A point only noise kept off the front that would rank above the winner: launch it
+    # again (a disturbed launch is measured again, not only flagged).
+    retry = [p for p in _rank(rep, rep.points) if _noise_only(p) and room(p) and beats_winner(p)]
+    if retry:
+        return retry[0].trial_number
+    if w is None:
+        return None
+    if launch_count(w.metrics) < 2:
+        return w.trial_number if room(w) else None
+    group = [w, *rep.equivalent_to_winner[: max(0, finalists - 1)]]
+    group = [p for p in group if p.method != "none" or p is w]
+    if len(group) > 1:
+        open_ = [p for p in group if room(p)]
+        if open_:
+            return min(open_, key=lambda p: launch_count(p.metrics)).trial_number
+    v = rep.verdict(w)
+    if w.method != "none" and v is not None and v.state == TIED and base is not None:
+        pair = [p for p in (base, w) if room(p)]
+        if pair:
+            return min(pair, key=lambda p: launch_count(p.metrics)).trial_number
+    return None
+
+
+def confirm(ctx: JobContext, measurer: Measurer) -> list[int]:
+    """Launch again, one configuration at a time, as ``next_launch`` says, until it says
+    stop or ``confirm_budget`` launches are spent; each launch's numbers are merged into the
+    trial's stored points (``tuner.launches.merge_launch``). Returns the trials launched."""
+    store, job_id, space = ctx.store, ctx.job_id, ctx.space
+    ms = space.measurement
+    if ms.confirm_top <= 0 or ms.confirm_budget <= 0 or not measurer.live:
+        return []  # a replay has nothing to re-launch
+    failed: set[int] = set()
+    done: list[int] = []
+    for i in range(ms.confirm_budget):
+        if ctx.control.cancelled:
+            break
+        number = next_launch(job_report(store, job_id), ms.confirm_top, failed)
+        if number is None:
+            break
+        if not _launch(ctx, measurer, number, i):
+            failed.add(number)
+            continue
+        done.append(number)
+    return done
+
+
+def _launch(ctx: JobContext, measurer: Measurer, number: int, i: int) -> bool:
+    store, job_id, space = ctx.store, ctx.job_id, ctx.space
+    row = store.trial(job_id, number)
+    cfg = EngineConfig.from_dict(row.engine_config)
+    ctx.hooks.started(number, {"confirm": True, **row.params})
+    t0 = time.monotonic()
+    try:
+        got = measurer.measure(
+            cfg, row.params, ctx.log_dir / f"confirm-{number}-{i}.log", confirm=True
+        )
+    except TrialFailed as e:
+        log.warning("confirmation launch of trial %s failed: %s", number, e)
+        return False
+
+    def keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+        return merge_launch(old, new)
+
+    new = {(m["workload"], m["concurrency"]): m for m in got.points}
+    store.replace_measurements(job_id, number, new, keep)
+    if ctx.hooks.on_trial is not None:
+        m = new.get((space.primary_workload, space.primary_concurrency), {})
+        summary = (
+            f"{m.get('output_tok_per_s', 0):.1f} tok/s, p99 TPOT "
+            f"{m.get('p99_tpot_ms') or float('nan'):.2f} ms (this launch)"
+        )
+        ctx.hooks.ended(
+            TrialEvent(
+                number,
+                ctx.n_trials,
+                "confirmed",
+                row.method,
+                row.params,
+                time.monotonic() - t0,
+                summary,
+            )
+        )
+    return True

@@ -1,0 +1,221 @@
+"""The launch is the unit of replication: each launch's numbers, the job's between-launch
+spread, and the intervals built on it.
+
+Why: one launch's repeats share its memory layout, thread placement and warm caches, so they
+agree far better than two launches do (issue 21: a re-launch moved throughput by up to 46 %
+on a 2-core host; vLLM users report 10-20 % on GPUs). An interval from repeats alone
+promises what a second launch breaks. So every stored point keeps one record per launch
+(``launches``), the job pools the spread of configurations launched at least twice (on the
+log scale: launch-to-launch changes are multiplicative), per workload, concurrency level
+and metric, and every interval and verdict uses that spread:
+
+- a configuration's value is the geometric mean of its launches, with the 95 % interval
+  ``exp(mean ± t(0.975, df) · s / sqrt(n))`` over its n launches, ``s`` the pooled spread
+  with ``df`` degrees of freedom: a configuration launched once carries the job's spread;
+- the ratio of two configurations (a speedup) is ``exp(Δmean ± t · s · sqrt(1/n₁ + 1/n₂))``.
+
+A launch whose repeats were still too noisy after being measured again in that launch is
+``disturbed``: once the configuration has an undisturbed launch, disturbed ones are kept in
+the record but left out of its value and of the pooled spread (they measured the host, not
+the configuration). When the job has no configuration launched twice (a replay, confirmation
+off), there is no between-launch spread: intervals fall back to repeats within one launch and
+say so (``WITHIN``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tuner.stats import t975
+
+__all__ = [
+    "BETWEEN",
+    "LAUNCH_METRICS",
+    "WITHIN",
+    "IntervalKind",
+    "LaunchSpread",
+    "good_launches",
+    "launch_count",
+    "launch_record",
+    "launch_values",
+    "launches_of",
+    "mean_interval",
+    "merge_launch",
+    "ms_per_token",
+    "pooled_spread",
+    "ratio_interval",
+]
+
+IntervalKind = Literal["between launches", "within one launch"]
+BETWEEN: IntervalKind = "between launches"
+WITHIN: IntervalKind = "within one launch"
+
+# The medians a launch record keeps: what rankings, verdicts and intervals read.
+LAUNCH_METRICS = (
+    "output_tok_per_s",
+    "ms_per_token",
+    "mean_e2e_ms",
+    "p99_tpot_ms",
+    "mean_tpot_ms",
+    "p99_ttft_ms",
+    "acceptance_rate",
+)
+# Top-level numbers of a point launched several times: the geometric mean of its launches.
+_COMBINED = ("output_tok_per_s", "mean_e2e_ms", "p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms")
+
+
+def ms_per_token(m: Mapping[str, Any]) -> float | None:
+    """Mean end-to-end ms per output token of one launch's point (``tuner.verdict``'s
+    measure of "pays"); None when no request finished."""
+    e2e, tokens, ok = m.get("mean_e2e_ms"), m.get("output_tokens"), m.get("num_ok")
+    if not e2e or not tokens or not ok:
+        return None
+    return float(e2e) / (tokens / ok)
+
+
+def launch_record(point: Mapping[str, Any], *, confirm: bool) -> dict[str, Any]:
+    """What one launch measured at one point: its medians, whether its repeats stayed
+    noisy (``disturbed``), and whether it was a confirmation launch."""
+    rec: dict[str, Any] = {k: point.get(k) for k in LAUNCH_METRICS if k != "ms_per_token"}
+    rec["ms_per_token"] = ms_per_token(point)
+    rec["relative_mad"] = point.get("relative_mad")
+    rec["disturbed"] = bool(point.get("noisy"))
+    rec["confirm"] = confirm
+    return rec
+
+
+def launches_of(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every launch record of a stored point; points stored before records existed give
+    theirs from what they kept (a confirmed one: its search launch under ``search``)."""
+    if point.get("launches"):
+        return [dict(r) for r in point["launches"]]
+    if point.get("confirmed") and point.get("search"):
+        old = dict(point["search"])
+        first = {k: old.get(k) for k in LAUNCH_METRICS}
+        first.update(relative_mad=old.get("relative_mad"), disturbed=bool(old.get("noisy")))
+        return [{**first, "confirm": False}, launch_record(point, confirm=True)]
+    return [launch_record(point, confirm=False)]
+
+
+def good_launches(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The launches a point's value rests on: the undisturbed ones, or all when every launch
+    was disturbed."""
+    recs = launches_of(point)
+    good = [r for r in recs if not r.get("disturbed")]
+    return good or recs
+
+
+def launch_values(point: Mapping[str, Any], metric: str) -> list[float]:
+    """``metric`` of each launch the point's value rests on (positive values only)."""
+    out = []
+    for r in good_launches(point):
+        v = r.get(metric)
+        if v is not None and float(v) > 0:
+            out.append(float(v))
+    return out
+
+
+def launch_count(point: Mapping[str, Any]) -> int:
+    """How many undisturbed launches measured the point (all of them when every one was)."""
+    return len(good_launches(point))
+
+
+def _geo(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def merge_launch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A point measured again in another launch: ``new``'s detail (repeats, stats, raw
+    values) with every launch's record under ``launches``, the top-level medians a reader
+    ranks on combined over the undisturbed launches (geometric mean), ``noisy`` only when
+    every launch was disturbed, and the search launch's numbers kept under ``search``."""
+    recs = launches_of(old) + [launch_record(new, confirm=True)]
+    out = dict(new)
+    out["launches"] = recs
+    out["confirmed"] = True
+    out["search"] = dict(old.get("search") or _search_keys(old))
+    good = [r for r in recs if not r.get("disturbed")] or recs
+    for k in _COMBINED:
+        vals = [float(r[k]) for r in good if r.get(k) is not None and float(r[k]) > 0]
+        if vals:
+            out[k] = _geo(vals)
+    if isinstance(new.get("score"), dict):  # ranked on the launches, not one launch's MAD
+        out["score"] = {k: out[k] if k in _COMBINED else v for k, v in new["score"].items()}
+    out["noisy"] = all(r.get("disturbed") for r in recs)
+    if not out["noisy"] and new.get("noisy"):
+        out["relative_mad"] = min(
+            (r["relative_mad"] for r in good if r.get("relative_mad") is not None),
+            default=new.get("relative_mad"),
+        )
+    return out
+
+
+_SEARCH_KEYS = (
+    "output_tok_per_s",
+    "p99_tpot_ms",
+    "mean_tpot_ms",
+    "mean_e2e_ms",
+    "p99_ttft_ms",
+    "acceptance_rate",
+    "stats",
+    "score",
+    "noisy",
+    "relative_mad",
+)
+
+
+def _search_keys(point: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: point.get(k) for k in _SEARCH_KEYS}
+
+
+@dataclass(frozen=True)
+class LaunchSpread:
+    """The job's between-launch spread of one metric at one level: the pooled standard
+    deviation of log values over configurations launched at least twice."""
+
+    log_sd: float
+    df: int  # sum over those configurations of (launches - 1)
+    configurations: int
+
+    @property
+    def cv(self) -> float:
+        """The spread as a coefficient of variation (of a log-normal)."""
+        return math.sqrt(math.expm1(self.log_sd**2))
+
+
+def pooled_spread(values_by_config: Iterable[Sequence[float]]) -> LaunchSpread | None:
+    """Pool the log-scale variance of every configuration with two or more launch values;
+    None when there is none (nothing was launched twice)."""
+    ss, df, k = 0.0, 0, 0
+    for values in values_by_config:
+        logs = [math.log(v) for v in values if v > 0]
+        if len(logs) < 2:
+            continue
+        mean = sum(logs) / len(logs)
+        ss += sum((x - mean) ** 2 for x in logs)
+        df += len(logs) - 1
+        k += 1
+    if df == 0:
+        return None
+    return LaunchSpread(math.sqrt(ss / df), df, k)
+
+
+def mean_interval(values: Sequence[float], spread: LaunchSpread) -> tuple[float, float, float]:
+    """(geometric mean, 95 % low, 95 % high) of a configuration from its launch values."""
+    logs = [math.log(v) for v in values]
+    mean = sum(logs) / len(logs)
+    half = t975(spread.df) * spread.log_sd / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def ratio_interval(
+    num: Sequence[float], den: Sequence[float], spread: LaunchSpread
+) -> tuple[float, float, float]:
+    """(ratio of geometric means num/den, 95 % low, 95 % high) of two configurations."""
+    a = sum(math.log(v) for v in num) / len(num)
+    b = sum(math.log(v) for v in den) / len(den)
+    half = t975(spread.df) * spread.log_sd * math.sqrt(1 / len(num) + 1 / len(den))
+    return math.exp(a - b), math.exp(a - b - half), math.exp(a - b + half)
