@@ -428,9 +428,7 @@ def test_confirmed_points_carry_the_search_numbers(confirmed):
     assert all(isinstance(e, dict) and "method" in e for e in rep["equivalent_to_winner"])
     assert len(rep["equivalent_trials"]) == len(rep["equivalent_to_winner"])
     assert all(
-        v["interval_kind"] == "between launches"
-        for t in rep["round_cost"]
-        for v in t["verdicts"]
+        v["interval_kind"] == "between launches" for t in rep["round_cost"] for v in t["verdicts"]
     )
     t = c.get(f"/api/jobs/{job_id}/trials/{rep['baseline_trial']}").json()
     assert t["metrics"]["confirmed"] is True and "output_tok_per_s" in t["metrics"]["search"]
