@@ -9,10 +9,12 @@ promises what a second launch breaks. So every stored point keeps one record per
 log scale: launch-to-launch changes are multiplicative), per workload, concurrency level
 and metric, and every interval and verdict uses that spread:
 
-- a configuration's value is the geometric mean of its launches, with the 95 % interval
-  ``exp(mean ± t(0.975, df) · s / sqrt(n))`` over its n launches, ``s`` the pooled spread
-  with ``df`` degrees of freedom: a configuration launched once carries the job's spread;
-- the ratio of two configurations (a speedup) is ``exp(Δmean ± t · s · sqrt(1/n₁ + 1/n₂))``.
+- a configuration's value is the geometric mean of its n launches; its 95 % interval is
+  where one more launch lands, ``exp(mean ± t(0.975, df) · s · sqrt(1 + 1/n))``, ``s`` the
+  pooled spread with ``df`` degrees of freedom: a configuration launched once carries the
+  job's spread (what ``bench/relaunch.py``'s coverage checks);
+- the ratio of two configurations' expected values (a speedup, and whether two can be told
+  apart) is ``exp(Δmean ± t · s · sqrt(1/n₁ + 1/n₂))``.
 
 A launch whose repeats were still too noisy after being measured again in that launch is
 ``disturbed``: once the configuration has an undisturbed launch, disturbed ones are kept in
@@ -41,8 +43,8 @@ __all__ = [
     "launch_count",
     "launch_record",
     "launch_values",
+    "launch_interval",
     "launches_of",
-    "mean_interval",
     "merge_launch",
     "ms_per_token",
     "pooled_spread",
@@ -203,11 +205,14 @@ def pooled_spread(values_by_config: Iterable[Sequence[float]]) -> LaunchSpread |
     return LaunchSpread(math.sqrt(ss / df), df, k)
 
 
-def mean_interval(values: Sequence[float], spread: LaunchSpread) -> tuple[float, float, float]:
-    """(geometric mean, 95 % low, 95 % high) of a configuration from its launch values."""
+def launch_interval(values: Sequence[float], spread: LaunchSpread) -> tuple[float, float, float]:
+    """(geometric mean, 95 % low, 95 % high) for where one more launch of a configuration
+    lands, from its n launch values: ``exp(mean ± t(df) · s · sqrt(1 + 1/n))``. What a user
+    who launches the exported configuration again should expect; a configuration launched
+    once carries the job's spread sqrt(2) times."""
     logs = [math.log(v) for v in values]
     mean = sum(logs) / len(logs)
-    half = t975(spread.df) * spread.log_sd / math.sqrt(len(logs))
+    half = t975(spread.df) * spread.log_sd * math.sqrt(1 + 1 / len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 

@@ -19,8 +19,8 @@ from tuner.launches import (
     IntervalKind,
     LaunchSpread,
     launch_count,
+    launch_interval,
     launch_values,
-    mean_interval,
     pooled_spread,
     ratio_interval,
 )
@@ -163,12 +163,13 @@ class Report:
     spreads: dict[str, LaunchSpread] = field(default_factory=dict)
 
     def interval(self, p: Point, metric: str) -> tuple[float, float, IntervalKind] | None:
-        """95% interval of ``p``'s ``metric``: over its launches with the job's spread, or
-        from one launch's repeats when the job has no spread (None: neither)."""
+        """95% interval of ``p``'s ``metric``: where one more launch lands, from its launches
+        and the job's spread, or from one launch's repeats when the job has no spread
+        (None: neither)."""
         spread = self.spreads.get(metric)
         values = launch_values(p.metrics, metric)
         if spread is not None and values:
-            _, lo, hi = mean_interval(values, spread)
+            _, lo, hi = launch_interval(values, spread)
             return lo, hi, BETWEEN
         st = (p.metrics.get("stats") or {}).get(metric)
         if not st or (st.get("n") or 0) < 2 or st.get("ci95_low") is None:

@@ -231,7 +231,8 @@ function tipText(p, axes, val, ci) {
   }
   const facts = [];
   if (p.launches) facts.push(`${p.launches} launch${p.launches > 1 ? "es" : ""}`);
-  if (p.interval_kind) facts.push(`interval ${p.interval_kind}`);
+  if (p.interval_kind) facts.push(p.interval_kind === "between launches"
+    ? "interval: where one more launch lands" : "interval: within one launch only (nothing was launched twice)");
   if (p.repeats) facts.push(`${p.repeats} repeats in the latest`);
   if (p.is_winner && p.launches < 2) facts.push("? winner unconfirmed");
   if (p.confirmed) facts.push(`✓ launched again to confirm it` +

@@ -109,7 +109,7 @@ export async function jobPage(gen, jobId) {
           " winner unconfirmed: launched once, so a second launch may rank it otherwise "), predLegend,
         h("span", { "data-testid": "other-level-legend" }, h("span", { class: "key other" }),
           "faded: the same trials at the other concurrency levels (pick one above) "),
-        h("span", { class: "key whisker" }), "95% interval between launches (the job's pooled launch-to-launch " +
+        h("span", { class: "key whisker" }), "95% interval for one more launch (from the job's pooled launch-to-launch " +
           "spread; a point's tooltip says when the job launched nothing twice and it covers only one launch's " +
           "repeats) · drag the dashed SLO line or type a limit"),
       summary, winnerStatus, whyBox, alsoBox),

@@ -16,9 +16,9 @@ from tuner.launches import (
     BETWEEN,
     WITHIN,
     launch_count,
+    launch_interval,
     launch_record,
     launches_of,
-    mean_interval,
     merge_launch,
     pooled_spread,
     ratio_interval,
@@ -114,12 +114,13 @@ def test_the_pooled_spread_is_the_log_scale_variance_over_configurations_launche
 def test_a_configuration_launched_once_carries_the_job_spread():
     sp = pooled_spread([[300.0, 360.0], [500.0, 430.0]])
     assert sp is not None
-    mid, lo, hi = mean_interval([550.0], sp)
+    mid, lo, hi = launch_interval([550.0], sp)
     assert mid == pytest.approx(550.0)
-    assert math.log(hi / mid) == pytest.approx(t975(sp.df) * sp.log_sd)
-    # Two launches: narrower by sqrt(2); a ratio adds both sides' variances.
-    _, lo2, hi2 = mean_interval([550.0, 550.0], sp)
-    assert math.log(hi2 / 550.0) == pytest.approx(t975(sp.df) * sp.log_sd / math.sqrt(2))
+    # where one more launch lands: t(df) s sqrt(1 + 1/n) on the log scale
+    assert math.log(hi / mid) == pytest.approx(t975(sp.df) * sp.log_sd * math.sqrt(2))
+    assert math.log(mid / lo) == pytest.approx(t975(sp.df) * sp.log_sd * math.sqrt(2))
+    _, lo2, hi2 = launch_interval([550.0, 550.0], sp)
+    assert math.log(hi2 / 550.0) == pytest.approx(t975(sp.df) * sp.log_sd * math.sqrt(1.5))
     r, rlo, rhi = ratio_interval([600.0], [300.0, 300.0], sp)
     assert r == pytest.approx(2.0)
     assert math.log(rhi / r) == pytest.approx(t975(sp.df) * sp.log_sd * math.sqrt(1.5))

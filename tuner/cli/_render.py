@@ -126,8 +126,9 @@ def _interval_note(rep: Report) -> str:
     spread = rep.spreads.get(rep.objectives[0][0])
     if spread is not None:
         return (
-            "geometric means over launches, [95% interval between launches: the job's "
-            f"spread, {spread.cv:.0%}, pooled over {spread.configurations} configuration(s)]"
+            "geometric means over launches, [95% interval for one more launch, from the "
+            f"job's between-launch spread: {spread.cv:.0%}, pooled over "
+            f"{spread.configurations} configuration(s)]"
         )
     return "medians of repeats, [95% interval within one launch: nothing launched twice]"
 

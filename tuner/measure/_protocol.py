@@ -154,7 +154,9 @@ def warm_up(
 
 def repeat_requests(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None) -> int:
     """Requests in one repeat: the workload's num_prompts (at least one per slot), or, with
-    ``repeat_s``, as many as fill that many seconds at the warm-up's rate."""
+    ``repeat_s``, as many as fill that many seconds at the warm-up's rate. Why by time: a
+    repeat of 12 short requests lasts 1-3 s on the tiny default, so one slow second moves it.
+    Past the file's last prompt the requests start again from its first (``_expand``)."""
     n = max(wl.num_prompts, level)
     seconds = space.measurement.repeat_s
     if seconds is not None and rate:
