@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.relaunch import ParamsError, complete_params, relaunch, summarise, table  # noqa: E402
+from tuner.context import MeasurerFactory  # noqa: E402
 from tuner.measure import TrialFailed  # noqa: E402
 from tuner.space import SearchSpace, SpaceError, load_space  # noqa: E402
 from tuner.storage import Store  # noqa: E402
@@ -70,7 +71,10 @@ def compare(
     extra: dict[str, int],
     store: Store,
     work_dir: Path,
+    measurers: MeasurerFactory | None = None,
 ) -> dict[str, Any]:
+    """Launch every configuration under every protocol, round-robin, and summarise each
+    (protocol, configuration); ``measurers`` is the seam tests use (None: the product's)."""
     spaces = {name: with_protocol(space, o) for name, o in protocols.items()}
     points: dict[tuple[str, int], list[list[dict[str, Any]]]] = {}
     walls: dict[tuple[str, int], list[float]] = {}
@@ -91,6 +95,7 @@ def compare(
             work_dir=work_dir,
             say=lambda line: None,
             keep_points=True,
+            measurers=measurers,
         )
         walls.setdefault((name, i), []).append(time.monotonic() - t0)
         points.setdefault((name, i), []).extend(got["points"])

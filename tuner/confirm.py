@@ -11,9 +11,11 @@ made close together compare fairly on a host whose speed drifts. So, one launch 
    winner (a disturbed launch is measured again, not only flagged);
 3. the winner until it has two undisturbed launches (a new winner may take its place after
    each launch: the ranking is re-read);
-4. finalists the job cannot tell apart from the winner (up to ``confirm_top`` configurations
-   with it), in turn, the one with the fewest launches first: A, B, A, B, as SMAC's
-   intensification compares a challenger only on shared instances;
+4. the finalists: the next best feasible speculative configurations (``confirm_top`` with
+   the winner), each to two launches (a runner-up launched once may have been unlucky), then,
+   while the job cannot tell one apart from the winner, in turn, the one with the fewest
+   launches first: A, B, A, B, as SMAC's intensification compares a challenger only on
+   shared instances;
 5. while the winner's verdict at the objective level is still "tied", the baseline and the
    winner in turn, to narrow it;
 
@@ -82,10 +84,17 @@ def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> in
         return None
     if launch_count(w.metrics) < 2:
         return w.trial_number if room(w) else None
-    group = [w, *rep.equivalent_to_winner[: max(0, finalists - 1)]]
-    group = [p for p in group if p.method != "none" or p is w]
-    if len(group) > 1:
-        open_ = [p for p in group if room(p)]
+    rivals = [
+        p
+        for p in _rank(rep, rep.points)
+        if p.feasible and p.method != "none" and p.trial_number != w.trial_number
+    ][: max(0, finalists - 1)]
+    short = [p for p in rivals if launch_count(p.metrics) < 2 and room(p)]
+    if short:  # every finalist to two launches: a runner-up launched once may be unlucky
+        return short[0].trial_number
+    close = [p for p in rivals if rep.indistinguishable(p, w)]
+    if close:  # then in turn while the job cannot tell them apart: A, B, A, B
+        open_ = [p for p in (w, *close) if room(p)]
         if open_:
             return min(open_, key=lambda p: launch_count(p.metrics)).trial_number
     v = rep.verdict(w)

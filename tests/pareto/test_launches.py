@@ -268,3 +268,19 @@ def test_a_noisy_point_that_would_beat_the_winner_is_launched_again_first():
     assert rep.winner is not None and rep.winner.trial_number == 1
     assert next_launch(rep, finalists=2) == 2
     assert next_launch(rep, finalists=2, failed={2}) == 1  # then the winner's second launch
+
+
+def test_the_runner_up_is_launched_twice_even_when_one_launch_set_it_apart():
+    # One unlucky launch of the runner-up (15% below the winner) tells nothing of the next.
+    pts = {
+        0: ("none", _point_of(300.0, 302.0)),
+        1: ("ngram", _point_of(560.0, 565.0)),
+        2: ("ngram", _point_of(480.0)),
+        3: ("eagle", _point_of(400.0)),
+    }
+    rep = _report(pts)
+    assert rep.equivalent_to_winner == []
+    assert next_launch(rep, finalists=2) == 2
+    assert next_launch(rep, finalists=3, failed={2}) == 3
+    pts[2] = ("ngram", _point_of(480.0, 470.0))
+    assert next_launch(_report(pts), finalists=2) is None  # told apart, and the verdict pays
