@@ -33,7 +33,7 @@ from typing import Any
 
 from tuner.context import JobContext, TrialEvent
 from tuner.engines import EngineConfig
-from tuner.launches import launch_count, merge_launch
+from tuner.launches import launch_count, launches_of, merge_launch
 from tuner.measure import Measurer, TrialFailed
 from tuner.pareto import Point, Report, job_report
 from tuner.verdict import TIED
@@ -46,9 +46,11 @@ MAX_LAUNCHES = 4  # per configuration: beyond it, another launch narrows little 
 
 
 def _rank(rep: Report, points: list[Point]) -> list[Point]:
+    """Best first on the first objective; points lacking it are left out."""
     metric, direction = rep.objectives[0]
     sign = -1.0 if direction == "maximize" else 1.0
-    return sorted(points, key=lambda p: sign * float(p.metrics.get(metric) or 0.0))
+    have = [p for p in points if p.metrics.get(metric) is not None]
+    return sorted(have, key=lambda p: sign * float(p.metrics[metric]))
 
 
 def _noise_only(p: Point) -> bool:
@@ -60,8 +62,8 @@ def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> in
     """The trial to launch next to confirm the report's winner (module docstring), or None
     when nothing more is worth a launch."""
 
-    def room(p: Point) -> bool:
-        return p.trial_number not in failed and launch_count(p.metrics) < MAX_LAUNCHES
+    def room(p: Point) -> bool:  # every launch counts here, disturbed or not
+        return p.trial_number not in failed and len(launches_of(p.metrics)) < MAX_LAUNCHES
 
     base = rep.baseline
     if base is not None and launch_count(base.metrics) < 2 and room(base):

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tuner.stats import t975
+from tuner.stats import STAT_METRICS, t975
 
 __all__ = [
     "BETWEEN",
@@ -45,6 +45,7 @@ __all__ = [
     "launch_values",
     "launch_interval",
     "launches_of",
+    "spread_values",
     "merge_launch",
     "ms_per_token",
     "pooled_spread",
@@ -55,18 +56,14 @@ IntervalKind = Literal["between launches", "within one launch"]
 BETWEEN: IntervalKind = "between launches"
 WITHIN: IntervalKind = "within one launch"
 
-# The medians a launch record keeps: what rankings, verdicts and intervals read.
-LAUNCH_METRICS = (
-    "output_tok_per_s",
-    "ms_per_token",
-    "mean_e2e_ms",
-    "p99_tpot_ms",
-    "mean_tpot_ms",
-    "p99_ttft_ms",
-    "acceptance_rate",
+# The medians a launch record keeps: every metric a point keeps with its spread (any of them
+# may be an objective), and ms per token (what a verdict reads).
+LAUNCH_METRICS = (*STAT_METRICS, "ms_per_token")
+# Top-level numbers of a point launched several times: the geometric mean of its launches
+# (acceptance is counted over tokens and stays the latest launch's).
+_COMBINED = tuple(
+    m for m in STAT_METRICS if m not in ("acceptance_rate", "mean_acceptance_length")
 )
-# Top-level numbers of a point launched several times: the geometric mean of its launches.
-_COMBINED = ("output_tok_per_s", "mean_e2e_ms", "p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms")
 
 
 def ms_per_token(m: Mapping[str, Any]) -> float | None:
@@ -121,8 +118,18 @@ def launch_values(point: Mapping[str, Any], metric: str) -> list[float]:
 
 
 def launch_count(point: Mapping[str, Any]) -> int:
-    """How many undisturbed launches measured the point (all of them when every one was)."""
-    return len(good_launches(point))
+    """How many undisturbed launches measured the point (0 when every one was disturbed)."""
+    return sum(not r.get("disturbed") for r in launches_of(point))
+
+
+def spread_values(point: Mapping[str, Any], metric: str) -> list[float]:
+    """``metric`` of the point's undisturbed launches only: what the pooled spread reads (a
+    configuration whose every launch was disturbed measured the host, not itself)."""
+    return [
+        float(r[metric])
+        for r in launches_of(point)
+        if not r.get("disturbed") and r.get(metric) is not None and float(r[metric]) > 0
+    ]
 
 
 def _geo(values: Sequence[float]) -> float:
@@ -144,8 +151,13 @@ def merge_launch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
         vals = [float(r[k]) for r in good if r.get(k) is not None and float(r[k]) > 0]
         if vals:
             out[k] = _geo(vals)
-    if isinstance(new.get("score"), dict):  # ranked on the launches, not one launch's MAD
-        out["score"] = {k: out[k] if k in _COMBINED else v for k, v in new["score"].items()}
+    if isinstance(new.get("score"), dict):
+        # Ranked on the launches, with the latest launch's noise penalty in proportion, so a
+        # point launched again is scored as one launched once is (median moved by its MAD).
+        out["score"] = {
+            k: out[k] * (v / new[k]) if k in _COMBINED and new.get(k) else v
+            for k, v in new["score"].items()
+        }
     out["noisy"] = all(r.get("disturbed") for r in recs)
     if not out["noisy"] and new.get("noisy"):
         out["relative_mad"] = min(

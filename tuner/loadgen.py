@@ -36,9 +36,11 @@ __all__ = [
 class Probe(Protocol):
     """What ``measure`` needs from the engine under load (each engine's probe in
     ``tuner.engines`` is one): a context wrapping the measured window whose reading is
-    filled when the window closes."""
+    filled when the window closes; and emptying the prefix cache between passes."""
 
     def window(self, base_url: str) -> AbstractAsyncContextManager[WindowReading]: ...
+
+    async def reset_prefix_cache(self, base_url: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -206,27 +208,40 @@ async def measure(
     seed: int = 0,
     probe: Probe,
     headers: dict[str, str] | None = None,
+    passes: int = 1,
+    reset_between_passes: bool = False,
 ) -> Measurement:
     """Warm up, then one measured window; ``probe`` (the engine's, from ``tuner.engines``)
     wraps the window and says what the engine counted in it: acceptance and queue time (a
-    hosted endpoint's probe reads nothing, and only what the client sees is measured)."""
+    hosted endpoint's probe reads nothing, and only what the client sees is measured).
+
+    A window of several ``passes`` sends the same ``num_requests`` requests that many times,
+    one pass after the other (emptying the prefix cache between passes when asked), and is
+    timed as their sum: a longer window with the same prompt mix, whatever the speed."""
     if warmup_requests:
         warm = _expand(prompts, warmup_requests, max_tokens)
         await run_requests(
             base_url, model, warm, min(concurrency, len(warm)), timeout_s, headers=headers
         )
     reqs = _expand(prompts, num_requests, max_tokens)
+    results: list[RequestResult] = []
+    wall = 0.0
     async with probe.window(base_url) as reading:
-        results, wall = await run_requests(
-            base_url,
-            model,
-            reqs,
-            concurrency,
-            timeout_s,
-            request_rate=request_rate,
-            seed=seed,
-            headers=headers,
-        )
+        for i in range(max(1, passes)):
+            if i and reset_between_passes:
+                await probe.reset_prefix_cache(base_url)
+            got, seconds = await run_requests(
+                base_url,
+                model,
+                reqs,
+                concurrency,
+                timeout_s,
+                request_rate=request_rate,
+                seed=seed + i,
+                headers=headers,
+            )
+            results += got
+            wall += seconds
     return summarize(
         results,
         duration_s=wall,

@@ -23,6 +23,7 @@ from tuner.launches import (
     launch_values,
     pooled_spread,
     ratio_interval,
+    spread_values,
 )
 from tuner.storage import Store, space_of_job
 from tuner.verdict import Verdict, crossover_concurrency, verdicts
@@ -350,11 +351,11 @@ def level_spreads(
 ) -> dict[int, dict[str, LaunchSpread]]:
     """The between-launch spread at each level, per metric (the objectives, output tok/s and
     ms per token), pooled over every configuration of the report launched at least twice."""
-    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", *metrics])
+    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", "p99_tpot_ms", *metrics])
     levels = {c for per in by_trial.values() for c in per}
     out: dict[int, dict[str, LaunchSpread]] = {}
     for c in sorted(levels):
         pts = [per[c] for per in by_trial.values() if c in per]
-        got = {n: pooled_spread(launch_values(m, n) for m in pts) for n in names}
+        got = {n: pooled_spread(spread_values(m, n) for m in pts) for n in names}
         out[c] = {n: sp for n, sp in got.items() if sp is not None}
     return out

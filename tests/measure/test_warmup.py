@@ -64,14 +64,22 @@ def _m(tps: float, n: int, *, failed: int = 0) -> Measurement:
     return Measurement(**base)
 
 
+passes: list[int] = []  # passes of each window, in order (the scripted fixture fills it)
+_passes = passes
+
+
 @pytest.fixture
 def scripted(monkeypatch):
     """Windows answer the scripted tok/s in turn (then the last one); records each size."""
     sent: list[int] = []
     script: list[float] = []
+    passes.clear()
 
-    async def fake_measure(*args: Any, num_requests: int, **kw: Any) -> Measurement:
+    async def fake_measure(
+        *args: Any, num_requests: int, passes: int = 1, **kw: Any
+    ) -> Measurement:
         sent.append(num_requests)
+        _passes.append(passes)
         tps = script[min(len(sent) - 1, len(script) - 1)]
         return _m(tps, num_requests, failed=num_requests if tps == 0 else 0)
 
@@ -113,14 +121,16 @@ def test_fixed_warmup_sends_only_the_warmup_requests(scripted):
     assert sent == [2, 6, 6, 6]
 
 
-def test_a_repeat_is_sized_by_time_at_the_warmup_rate(scripted):
+def test_a_repeat_is_sized_by_time_in_whole_passes_over_the_same_prompts(scripted):
     sent, script = scripted
     script += [100.0, 100.0, 100.0]
     space = _space("warmup: steady, repeat_s: 5")
-    _protocol.measure_point(_Server(), space, space.all_workloads[0], [], 1)
-    # 4 requests/s x 5 s = 20 requests per repeat (never fewer than num_prompts, 6).
-    assert sent[-3:] == [20, 20, 20]
-    assert _protocol.repeat_requests(space, space.all_workloads[0], 1, 0.5) == 6
+    got = _protocol.measure_point(_Server(), space, space.all_workloads[0], [], 1)
+    # 4 requests/s x 5 s = 20 requests: round(20 / 6) = 3 passes of the same 6 prompts.
+    assert sent[-3:] == [6, 6, 6] and got["passes_per_repeat"] == 3
+    assert passes[-3:] == [3, 3, 3]
+    assert _protocol.repeat_passes(space, space.all_workloads[0], 1, 0.5) == 1  # at least 1
+    assert _protocol.repeat_passes(space, space.all_workloads[0], 1, None) == 1
 
 
 def test_a_wedged_engine_stops_the_warmup_at_once(scripted):

@@ -22,6 +22,7 @@ from tuner.launches import (
     merge_launch,
     pooled_spread,
     ratio_interval,
+    spread_values,
 )
 from tuner.pareto import Point, Report, feasible, level_spreads, select_winner
 from tuner.stats import t975
@@ -140,7 +141,12 @@ def test_a_disturbed_launch_is_kept_but_left_out_once_a_clean_one_exists():
     assert m["output_tok_per_s"] == pytest.approx(math.sqrt(300.0 * 320.0))
     assert not m["noisy"]
     every = _point_of(150.0, 300.0, disturbed=(0, 1))
-    assert every["noisy"] and launch_count(every) == 2
+    # every launch disturbed: its value rests on them all, but it counts as confirmed by
+    # none and the pooled spread leaves it out
+    assert every["noisy"] and launch_count(every) == 0
+    assert every["output_tok_per_s"] == pytest.approx(math.sqrt(150.0 * 300.0))
+    assert spread_values(every, "output_tok_per_s") == []
+    assert spread_values(m, "output_tok_per_s") == [300.0, 320.0]
 
 
 def test_a_point_stored_before_launch_records_reads_its_search_launch():

@@ -320,7 +320,7 @@ def _levels_text(rep: Report) -> str:
     out.append(
         "(+N%/-N%: faster/slower per token than the baseline; pays / no / tied: the 95% "
         "interval of the speedup ("
-        + ("between launches" if rep.spreads else "within one launch")
+        + ("between launches" if "ms_per_token" in rep.spreads else "within one launch")
         + ") says it is faster / slower / cannot tell"
         + ("; pruned trials stopped after the objective level" if cut else "")
         + ")"

@@ -9,7 +9,6 @@ times on a running server and aggregates them (median, MAD, 95% interval, noise-
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +32,7 @@ __all__ = [
     "measure_point",
     "objective_values",
     "point_order",
-    "repeat_requests",
+    "repeat_passes",
     "warm_up",
 ]
 
@@ -92,6 +91,7 @@ def _window(
     num_requests: int,
     warmup_requests: int = 0,
     seed: int = 0,
+    passes: int = 1,
 ) -> tuple[Measurement, bool]:
     """One measured window of ``num_requests`` at ``level`` (a repeat or a warm-up window),
     from an empty prefix cache when the space asks for it; and whether the cache was reset."""
@@ -114,6 +114,8 @@ def _window(
             seed=seed,
             probe=server.probe,
             headers=server.headers,
+            passes=passes,
+            reset_between_passes=space.measurement.reset_prefix_cache,
         )
     )
     return m, reset
@@ -152,16 +154,20 @@ def warm_up(
     return {"warmup_windows": ms.max_warmup_windows, "warmup_capped": True, "rate_req_per_s": rate}
 
 
-def repeat_requests(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None) -> int:
-    """Requests in one repeat: the workload's num_prompts (at least one per slot), or, with
-    ``repeat_s``, as many as fill that many seconds at the warm-up's rate. Why by time: a
-    repeat of 12 short requests lasts 1-3 s on the tiny default, so one slow second moves it.
-    Past the file's last prompt the requests start again from its first (``_expand``)."""
-    n = max(wl.num_prompts, level)
+def repeat_passes(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None) -> int:
+    """Passes in one repeat: 1, or, with ``repeat_s``, as many passes over the workload's
+    num_prompts requests as fill that many seconds at the warm-up's rate (at least 1).
+
+    Why by time: a repeat of 12 short requests lasts 1-3 s on the tiny default, so one slow
+    second moves it. Why whole passes over the same prompts, each from an empty prefix cache:
+    more requests taken further down the file would give a faster configuration another
+    prompt mix than a slower one (and repeated prompts a prefix-cache hit), so the comparison
+    would no longer be on one workload."""
     seconds = space.measurement.repeat_s
-    if seconds is not None and rate:
-        n = max(n, math.ceil(rate * seconds))
-    return n
+    if seconds is None or not rate:
+        return 1
+    per_pass = max(wl.num_prompts, level)
+    return max(1, round(rate * seconds / per_pass))
 
 
 def measure_point(
@@ -172,13 +178,20 @@ def measure_point(
     ms = space.measurement
     remeasured = 0
     warm = warm_up(server, space, wl, prompts, level)
-    num_requests = repeat_requests(space, wl, level, warm["rate_req_per_s"])
+    passes = repeat_passes(space, wl, level, warm["rate_req_per_s"])
     while True:
         runs: list[Measurement] = []
         resets = 0
         for r in range(ms.repeats):
             m, reset = _window(
-                server, space, wl, prompts, level, num_requests=num_requests, seed=space.seed + r
+                server,
+                space,
+                wl,
+                prompts,
+                level,
+                num_requests=max(wl.num_prompts, level),
+                seed=space.seed + r,
+                passes=passes,
             )
             runs.append(m)
             resets += reset
@@ -201,6 +214,7 @@ def measure_point(
     agg["prefix_cache_resets"] = resets
     agg["warmup_windows"] = warm["warmup_windows"]
     agg["warmup_capped"] = warm["warmup_capped"]
+    agg["passes_per_repeat"] = passes
     agg["arrival"] = wl.arrival
     agg["score"] = {
         o.metric: noise_score(agg["stats"][o.metric], o.resolved_direction, ms.noise_penalty)
