@@ -194,11 +194,17 @@ def launch_sentences(rep: Report) -> list[str]:
     lines: list[str] = []
     spread = rep.spreads.get(metric)
     if spread is not None:
+        verdicts = (
+            "every interval and verdict here includes that spread"
+            if "ms_per_token" in rep.spreads
+            else "every interval of it includes that spread (the verdicts cover one launch's "
+            "repeats: the launches stored no time per token)"
+        )
         lines.append(
             f"Between launches, {metric} moves by {spread.cv:.0%} at concurrency "
             f"{rep.concurrency} (pooled over {spread.configurations} configuration(s) launched "
-            f"at least twice, {spread.df} degree(s) of freedom): every interval and verdict "
-            "here includes that spread, and a configuration launched once carries it."
+            f"at least twice, {spread.df} degree(s) of freedom): {verdicts}, and a "
+            "configuration launched once carries it."
         )
     elif rep.replay_surface is None:
         lines.append(
@@ -213,8 +219,9 @@ def launch_sentences(rep: Report) -> list[str]:
         lines.append(f"The winner is confirmed: {n} undisturbed launches measured it.")
     else:
         lines.append(
-            "The winner is unconfirmed: it was launched once (the confirmation budget ran "
-            "out, or the job re-launches nothing); deploy it only after a second launch."
+            f"The winner is unconfirmed: {n} undisturbed launch(es) measured it, fewer than "
+            "two (confirmation off, its budget spent, or a launch failed or was disturbed); "
+            "deploy it only after a second launch."
         )
     same = rep.equivalent_to_winner
     if same:

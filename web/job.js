@@ -106,7 +106,7 @@ export async function jobPage(gen, jobId) {
         h("span", { class: "key winner" }), "winner ",
         h("i", { class: "key confirmed" }), " launched again to confirm it ",
         h("span", { "data-testid": "unconfirmed-legend" }, h("i", { class: "key unconfirmed", text: "?" }),
-          " winner unconfirmed: launched once, so a second launch may rank it otherwise "), predLegend,
+          " winner unconfirmed: fewer than two undisturbed launches, so another launch may rank it otherwise "), predLegend,
         h("span", { "data-testid": "other-level-legend" }, h("span", { class: "key other" }),
           "faded: the same trials at the other concurrency levels (pick one above) "),
         h("span", { class: "key whisker" }), "95% interval for one more launch (from the job's pooled launch-to-launch " +
@@ -281,6 +281,7 @@ function winnerStatusText(box, rep, w) {
   const same = (rep.equivalent_trials || []).map((n) => `trial ${n}`);
   box.textContent = (rep.winner_confirmed
     ? `Winner confirmed: ${w.launches} launches.`
-    : "Winner unconfirmed: launched once; the confirmation budget ran out before a second launch.") +
+    : `Winner unconfirmed: ${w.launches} undisturbed launch${w.launches === 1 ? "" : "es"}, fewer than two ` +
+      "(confirmation off, its budget spent, or a launch failed or was disturbed).") +
     (same.length ? ` The job cannot tell it apart from ${same.join(", ")}.` : "");
 }
