@@ -233,7 +233,7 @@ function tipText(p, axes, val, ci) {
   if (p.launches) facts.push(`${p.launches} launch${p.launches > 1 ? "es" : ""}`);
   if (p.interval_kind) facts.push(p.interval_kind === "between launches"
     ? "interval: where one more launch lands" : "interval: within one launch only (nothing was launched twice)");
-  if (p.repeats) facts.push(`${p.repeats} repeats in the latest`);
+  if (p.repeats) facts.push(`median of ${p.repeats} repeat${p.repeats > 1 ? "s" : ""} in its latest launch`);
   if (p.is_winner && p.launches < 2) facts.push("? winner unconfirmed (fewer than two undisturbed launches)");
   if (p.confirmed) facts.push(`✓ launched again to confirm it` +
     (p.search_output_tok_per_s != null ? ` (search: ${p.search_output_tok_per_s.toFixed(1)} tok/s)` : ""));
