@@ -137,6 +137,6 @@ def test_a_wedged_engine_stops_the_warmup_at_once(scripted):
     sent, script = scripted
     script += [100.0, 0.0]  # every request of the first window fails
     space = _space("warmup: steady")
-    with pytest.raises(_protocol.LoadError, match="every warm-up request failed"):
+    with pytest.raises(_protocol.LoadError, match="every request failed in a warm-up window"):
         _protocol.measure_point(_Server(), space, space.all_workloads[0], [], 1)
     assert len(sent) == 2

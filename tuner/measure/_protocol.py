@@ -145,7 +145,9 @@ def warm_up(
     for i in range(ms.max_warmup_windows):
         m, _ = _window(server, space, wl, prompts, level, num_requests=size, seed=space.seed + i)
         if m.num_requests and m.num_failed == m.num_requests:  # wedged: do not wait out the cap
-            raise LoadError(f"every warm-up request failed at concurrency {level}: {m.errors}")
+            raise LoadError(
+                f"every request failed in a warm-up window at concurrency {level}: {m.errors}"
+            )
         rate = m.requests_per_s or rate
         tps = m.output_tok_per_s
         if prev and tps and abs(tps - prev) <= ms.warmup_tolerance * max(tps, prev):
