@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 
+from tuner.launches import launch_count
 from tuner.pareto import Report, feasible
 from tuner.space import SearchSpace
 from tuner.storage import named_constraints
@@ -133,14 +134,17 @@ def _finite(v: float) -> float:
 
 def write_job_summary(study: optuna.Study, rep: Report) -> None:
     """At the job's end, on the study (a finished trial takes no more attributes): the
-    winner and the re-measured numbers of the confirmed trials, which replace the search's
-    in SpecTune's report, so a reader of the dashboard sees what the export rests on."""
+    winner and the numbers of the confirmed trials combined over their launches (what
+    SpecTune's report ranks), so a reader of the dashboard sees what the export rests on.
+    Kept to the objectives and a few headline metrics: the dashboard cuts a long value."""
+    keys = dict.fromkeys(["output_tok_per_s", "p99_tpot_ms", *(m for m, _ in rep.objectives)])
     confirmed = {}
     for p in [*rep.points, *rep.pruned]:
         if p.metrics.get("confirmed"):
-            row = {k: p.metrics.get(k) for k in MEASURED_METRICS if p.metrics.get(k) is not None}
+            row = {k: p.metrics.get(k) for k in keys if p.metrics.get(k) is not None}
             confirmed[str(p.trial_number)] = {
                 **row,
+                "launches": launch_count(p.metrics),
                 "feasible": p.feasible,
                 "violations": list(p.violations),
             }
