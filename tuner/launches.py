@@ -39,6 +39,7 @@ __all__ = [
     "WITHIN",
     "IntervalKind",
     "LaunchSpread",
+    "geometric_mean",
     "good_launches",
     "launch_count",
     "launch_record",
@@ -132,7 +133,8 @@ def spread_values(point: Mapping[str, Any], metric: str) -> list[float]:
     ]
 
 
-def _geo(values: Sequence[float]) -> float:
+def geometric_mean(values: Sequence[float]) -> float:
+    """The mean of positive values on the log scale: how launches combine."""
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
@@ -150,7 +152,7 @@ def merge_launch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     for k in _COMBINED:
         vals = [float(r[k]) for r in good if r.get(k) is not None and float(r[k]) > 0]
         if vals:
-            out[k] = _geo(vals)
+            out[k] = geometric_mean(vals)
     if isinstance(new.get("score"), dict):
         # Ranked on the launches, with the latest launch's noise penalty in proportion, so a
         # point launched again is scored as one launched once is (median moved by its MAD).

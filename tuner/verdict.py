@@ -33,6 +33,7 @@ from tuner.launches import (
     WITHIN,
     IntervalKind,
     LaunchSpread,
+    geometric_mean,
     launch_values,
     ratio_interval,
 )
@@ -148,10 +149,6 @@ class Verdict:
         return f"{self.margin_pct:+.0f}% {word}"
 
 
-def _geo(values: tuple[float, ...]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def verdicts(
     spec_by_conc: Mapping[int, Mapping[str, Any]],
     base_by_conc: Mapping[int, Mapping[str, Any]],
@@ -170,7 +167,9 @@ def verdicts(
         sl = tuple(launch_values(sm, "ms_per_token"))
         bl = tuple(launch_values(bm, "ms_per_token"))
         if spread is not None and sl and bl:
-            out.append(Verdict(c, _geo(sl), _geo(bl), s[1], b[1], sl, bl, spread))
+            out.append(
+                Verdict(c, geometric_mean(sl), geometric_mean(bl), s[1], b[1], sl, bl, spread)
+            )
         else:
             out.append(Verdict(c, s[0], b[0], s[1], b[1]))
     return out
