@@ -79,7 +79,8 @@ def complete_params(raw: str | dict[str, Any], space: SearchSpace) -> dict[str, 
     if method not in methods:
         raise ParamsError(f"params.method: {method!r} is not in the space; choose from {methods}")
     m = METHODS.get(method)
-    own = {p.key: p for p in m.params} if m else {}
+    spec = getattr(space.methods, method, None)
+    own = {p.key: p for p in m.active(spec)} if m else {}
     targets = [space.engine.model, *other_targets(space)]
     allowed = {"method", "max_num_seqs", "memory_fraction", *own}
     if method == "none" and len(targets) > 1:
@@ -98,7 +99,6 @@ def complete_params(raw: str | dict[str, Any], space: SearchSpace) -> dict[str, 
         d["none.target"] = raw.get("target", space.engine.model)
         if d["none.target"] not in targets:
             raise ParamsError(f"params.target: {d['none.target']!r} is not one of {targets}")
-    spec = getattr(space.methods, method, None)
     for key, p in own.items():
         if key in raw:
             v = raw[key]

@@ -16,8 +16,11 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-empty-text-chunks N the first N chunks of an answer carry empty text (tokens that
                           print nothing yet, as a byte-level tokenizer mid-character does)
 
-Non-streamed requests answer with ``token_ids`` (``return_token_ids``): a deterministic
-function of the prompt, so a baseline and a speculative fake agree unless --fake-lossy.
+Non-streamed requests answer with ``token_ids`` (``return_token_ids``): greedy ones a
+deterministic function of the prompt, so a baseline and a speculative fake agree unless
+--fake-lossy; sampled ones (temperature > 0, ``n`` choices, sample i seeded ``seed + i``)
+draw each token from a fixed distribution, which --fake-lossy with speculation skews.
+``GET /fake/seen`` lists the sampling fields every completion request carried.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class FakeEngine:
         self.per_pos = [0] * self.k
         self.rng = random.Random(0)
         self.resets = 0
+        self.seen: list[dict] = []  # sampling fields of every completion request
 
     def step(self) -> int:
         """One engine step: returns tokens committed (1 + accepted drafts)."""
@@ -81,6 +85,21 @@ class FakeEngine:
 
     async def health(self, _req: web.Request) -> web.Response:
         return web.Response(text="")
+
+    async def seen_sampling(self, _req: web.Request) -> web.Response:
+        return web.json_response(self.seen)
+
+    def sampled_ids(self, prompt: str, max_tokens: int, seed: int) -> list[int]:
+        """One sampled continuation: token j is base + one of 4 offsets; a lossy speculative
+        fake favours the first offset (the "draft's" choice) after the first token."""
+        rng = random.Random(seed)
+        base = sum(prompt.encode()) % 1000
+        fair, skewed = [4, 3, 2, 1], [7, 1, 1, 1]
+        lossy = bool(self.spec and self.args.fake_lossy)
+        return [
+            base + rng.choices(range(4), skewed if lossy and j else fair)[0]
+            for j in range(max_tokens)
+        ]
 
     async def reset_prefix_cache(self, _req: web.Request) -> web.Response:
         self.resets += 1
@@ -124,6 +143,25 @@ class FakeEngine:
         if self.args.fake_http_error:
             return web.json_response({"error": "fake failure"}, status=self.args.fake_http_error)
         max_tokens = int(body.get("max_tokens", 16))
+        keys = ("temperature", "top_p", "top_k", "min_p", "seed")
+        if len(self.seen) < 10_000:
+            self.seen.append({k: body[k] for k in keys if k in body})
+        if not body.get("stream") and body.get("temperature"):
+            n, seed = int(body.get("n", 1)), body.get("seed")
+            choices = [
+                {
+                    "index": i,
+                    "text": " tok" * max_tokens,
+                    "token_ids": self.sampled_ids(
+                        body["prompt"],
+                        max_tokens,
+                        seed + i if seed is not None else random.getrandbits(32),
+                    ),
+                }
+                for i in range(n)
+            ]
+            usage = {"prompt_tokens": 10, "completion_tokens": n * max_tokens}
+            return web.json_response({"choices": choices, "usage": usage})
         if not body.get("stream"):
             seed = sum(body["prompt"].encode()) % 1000
             ids = [(seed + i) % 4096 for i in range(max_tokens)]
@@ -173,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     app.router.add_get("/health", eng.health)
     app.router.add_get("/metrics", eng.metrics)
     app.router.add_post("/reset_prefix_cache", eng.reset_prefix_cache)
+    app.router.add_get("/fake/seen", eng.seen_sampling)
     app.router.add_post("/v1/completions", eng.completions)
     print(f"fake engine on {args.host}:{args.port}", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -117,17 +118,23 @@ def main() -> None:
             }
         )
 
+    def one(text: str, sp: dict) -> dict:
+        n = int(sp["max_new_tokens"])
+        base = sum(text.encode()) % 1000
+        if sp.get("temperature"):  # sampled: one of 4 offsets per token, seeded
+            rng = random.Random(sp.get("sampling_seed"))
+            ids = [base + rng.choices(range(4), [4, 3, 2, 1])[0] for _ in range(n)]
+        else:
+            ids = [(base + i) % 4096 for i in range(n)]
+        return {"text": " tok" * n, "output_ids": ids, "meta_info": {"completion_tokens": n}}
+
     async def generate(req: web.Request) -> web.Response:
         body = await req.json()
-        n = int(body["sampling_params"]["max_new_tokens"])
-        seed = sum(body["text"].encode()) % 1000
-        return web.json_response(
-            {
-                "text": " tok" * n,
-                "output_ids": [(seed + i) % 4096 for i in range(n)],
-                "meta_info": {"completion_tokens": n},
-            }
-        )
+        if isinstance(body["text"], list):  # a batch: one answer per text
+            return web.json_response(
+                [one(t, sp) for t, sp in zip(body["text"], body["sampling_params"], strict=True)]
+            )
+        return web.json_response(one(body["text"], body["sampling_params"]))
 
     async def flush(_req: web.Request) -> web.Response:
         eng.resets += 1

@@ -62,7 +62,7 @@ def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[
     else:
         m = METHODS[method]
         spec = getattr(space.methods, method)
-        for p in m.params:
+        for p in m.active(spec):
             src = getattr(spec, p.source)
             name = m.optuna_name(p)
             if isinstance(src, IntRange):
@@ -100,7 +100,7 @@ def start_params(space: SearchSpace) -> list[dict[str, Any]]:
             "max_num_seqs": sp.max_num_seqs or space.max_num_seqs[0],
             "memory_fraction": sp.memory_fraction or space.memory_fraction[0],
         }
-        for p in m.params:
+        for p in m.active(spec):
             d[m.optuna_name(p)] = getattr(sp, p.key, None) or p.default(spec)
         out.append(d)
     return out
@@ -130,6 +130,10 @@ def config_to_params(c: dict[str, Any], space: SearchSpace) -> dict[str, Any] | 
     m = METHODS[method]
     spec = getattr(space.methods, method)
     for p in m.params:
+        if not p.searched(spec):
+            if c.get(p.key) is not None:
+                return None  # measured with an axis this space leaves out
+            continue
         if c.get(p.key) not in p.choices(spec):
             return None
         d[m.optuna_name(p)] = c[p.key]
@@ -153,11 +157,12 @@ def grid_params(space: SearchSpace) -> list[dict[str, Any]]:
     for name in space.methods.enabled():
         m = METHODS[name]
         spec = getattr(space.methods, name)
-        for values in itertools.product(*(p.choices(spec) for p in m.params)):
-            plain = {p.key: v for p, v in zip(m.params, values, strict=True)}
+        active = m.active(spec)
+        for values in itertools.product(*(p.choices(spec) for p in active)):
+            plain = {p.key: v for p, v in zip(active, values, strict=True)}
             if m.fix(plain) != plain:
                 continue
-            named = {m.optuna_name(p): v for p, v in zip(m.params, values, strict=True)}
+            named = {m.optuna_name(p): v for p, v in zip(active, values, strict=True)}
             for s, f in loads:
                 out.append({"method": name, **named, "max_num_seqs": s, "memory_fraction": f})
     return out

@@ -2,9 +2,10 @@
 
 Closed loop: ``concurrency`` workers each keep one request in flight. Open loop: requests
 arrive as a Poisson process at ``request_rate`` per second (seeded), whether or not earlier
-ones have finished, capped at ``concurrency`` in flight. Every request is greedy
-(temperature 0) with ``ignore_eos`` so each produces exactly ``max_tokens``: measurements of
-different configurations then cover the same work. Token counts come from the server's
+ones have finished, capped at ``concurrency`` in flight. Every request carries the workload's
+sampling settings (greedy, temperature 0, unless it says otherwise) and ``ignore_eos``, so each
+produces exactly ``max_tokens``: measurements of different configurations then cover the same
+work. Token counts come from the server's
 ``usage`` (a streamed chunk can carry several tokens under speculation).
 """
 
@@ -16,8 +17,8 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -43,10 +44,14 @@ class Probe(Protocol):
     async def reset_prefix_cache(self, base_url: str) -> bool: ...
 
 
+_GREEDY = {"temperature": 0.0}
+
+
 @dataclass(frozen=True)
 class _Req:
     prompt: str
     max_tokens: int
+    sampling: dict[str, Any] = field(default_factory=lambda: dict(_GREEDY))
 
 
 async def stream_completion(
@@ -56,7 +61,7 @@ async def stream_completion(
         "model": model,
         "prompt": req.prompt,
         "max_tokens": req.max_tokens,
-        "temperature": 0.0,
+        **req.sampling,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -183,11 +188,17 @@ async def run_requests(
     return [r for r in results if r is not None], wall
 
 
-def _expand(prompts: Sequence[Prompt], n: int, default_max_tokens: int) -> list[_Req]:
+def _expand(
+    prompts: Sequence[Prompt],
+    n: int,
+    default_max_tokens: int,
+    sampling: dict[str, Any] | None = None,
+) -> list[_Req]:
     if not prompts:
         raise LoadError("the workload has no prompts")
+    s = dict(sampling or _GREEDY)
     return [
-        _Req(p.prompt, p.max_tokens or default_max_tokens)
+        _Req(p.prompt, p.max_tokens or default_max_tokens, s)
         for p in (prompts[i % len(prompts)] for i in range(n))
     ]
 
@@ -210,6 +221,7 @@ async def measure(
     headers: dict[str, str] | None = None,
     passes: int = 1,
     reset_between_passes: bool = False,
+    sampling: dict[str, Any] | None = None,
 ) -> Measurement:
     """Warm up, then one measured window; ``probe`` (the engine's, from ``tuner.engines``)
     wraps the window and says what the engine counted in it: acceptance and queue time (a
@@ -217,13 +229,15 @@ async def measure(
 
     A window of several ``passes`` sends the same ``num_requests`` requests that many times,
     one pass after the other (emptying the prefix cache between passes when asked), and is
-    timed as their sum: a longer window with the same prompt mix, whatever the speed."""
+    timed as their sum: a longer window with the same prompt mix, whatever the speed.
+    ``sampling`` (the workload's settings, greedy when None) goes on every request, warm-up
+    included."""
     if warmup_requests:
-        warm = _expand(prompts, warmup_requests, max_tokens)
+        warm = _expand(prompts, warmup_requests, max_tokens, sampling)
         await run_requests(
             base_url, model, warm, min(concurrency, len(warm)), timeout_s, headers=headers
         )
-    reqs = _expand(prompts, num_requests, max_tokens)
+    reqs = _expand(prompts, num_requests, max_tokens, sampling)
     results: list[RequestResult] = []
     wall = 0.0
     async with probe.window(base_url) as reading:

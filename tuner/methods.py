@@ -18,7 +18,13 @@ from tuner.space import METHOD_NAMES
 __all__ = ["METHODS", "Method", "Param", "method_of", "params_text"]
 
 # Order of the keys in a speculative config (what the vLLM JSON export prints).
-SPEC_ORDER = ("model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+SPEC_ORDER = (
+    "model",
+    "num_speculative_tokens",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "draft_sample_method",
+)
 
 
 @dataclass(frozen=True)
@@ -29,13 +35,19 @@ class Param:
     attribute of the method's spec holding its choices (an ``IntRange`` or a list);
     ``spec_key``: its key in the speculative config, or None; ``path``: a checkpoint folder,
     resolved against the space's folder in the config and shown by its last part;
-    ``start``: which choice a start point takes when it does not say."""
+    ``start``: which choice a start point takes when it does not say; ``optional``: an axis
+    the space may leave out (its source None), and then absent from params and config alike,
+    so trials of spaces without it keep the params they always had."""
 
     key: str
     source: str
     spec_key: str | None
     path: bool = False
     start: Literal["min", "max", "first"] = "first"
+    optional: bool = False
+
+    def searched(self, spec: Any) -> bool:
+        return not self.optional or getattr(spec, self.source) is not None
 
     def choices(self, spec: Any) -> list[Any]:
         v = getattr(spec, self.source)
@@ -49,6 +61,9 @@ class Param:
 
 
 _DEPTH = Param("num_speculative_tokens", "num_speculative_tokens", "num_speculative_tokens")
+_DRAFTING = Param(
+    "draft_sample_method", "draft_sample_method", "draft_sample_method", optional=True
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,10 @@ class Method:
 
     def optuna_name(self, p: Param) -> str:
         return f"{self.name}.{p.key}"
+
+    def active(self, spec: Any) -> tuple[Param, ...]:
+        """The parameters ``spec`` (the method's part of a space) searches."""
+        return tuple(p for p in self.params if p.searched(spec))
 
     def fix(self, params: dict[str, Any]) -> dict[str, Any]:
         """The configuration the engine would really run (vLLM clamps n-gram's max lookup
@@ -73,7 +92,7 @@ class Method:
         by_spec = {p.spec_key: p for p in self.params if p.spec_key}
         for key in SPEC_ORDER:
             p = by_spec.get(key)
-            if p is not None:
+            if p is not None and p.key in params:
                 v = params[p.key]
                 spec[key] = resolve(v) if p.path else v
         return spec
@@ -85,6 +104,8 @@ class Method:
         for p in self.params:
             if p.path:
                 out += f" {p.key}={Path(params[p.key]).name}"
+        if params.get("draft_sample_method"):
+            out += f" drafting={params['draft_sample_method']}"
         return out
 
 
@@ -99,11 +120,15 @@ METHODS: dict[str, Method] = {
         ),
     ),
     "draft_model": Method(
-        "draft_model", "draft model", (_DEPTH, Param("draft", "drafts", "model", path=True))
+        "draft_model",
+        "draft model",
+        (_DEPTH, Param("draft", "drafts", "model", path=True), _DRAFTING),
     ),
-    "eagle": Method("eagle", "EAGLE head", (_DEPTH, Param("head", "heads", "model", path=True))),
+    "eagle": Method(
+        "eagle", "EAGLE head", (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING)
+    ),
     "eagle3": Method(
-        "eagle3", "EAGLE-3 head", (_DEPTH, Param("head", "heads", "model", path=True))
+        "eagle3", "EAGLE-3 head", (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING)
     ),
     "mtp": Method("mtp", "MTP layers", (_DEPTH,)),
 }

@@ -25,6 +25,7 @@ from tuner.launches import (
     ratio_interval,
     spread_values,
 )
+from tuner.space import GREEDY, SearchSpace
 from tuner.storage import Store, space_of_job
 from tuner.verdict import Verdict, crossover_concurrency, verdicts
 
@@ -35,6 +36,7 @@ __all__ = [
     "Verdict",
     "crossover_concurrency",
     "feasible",
+    "lossless_rules",
     "job_report",
     "level_spreads",
     "pareto_mask",
@@ -58,10 +60,20 @@ class Point:
     lossless_match_rate: float | None = None
     kv_cache_tokens: int | None = None
     peak_rss_mb: float | None = None
+    lossless_p_value: float | None = None
 
     @property
     def concurrency(self) -> int:
         return int(self.metrics["concurrency"])
+
+
+def lossless_rules(space: SearchSpace) -> dict[str, float | None]:
+    """The space's lossless limits as ``feasible`` takes them (None: the check is off)."""
+    on = space.lossless.enabled
+    return {
+        "min_match_rate": space.lossless.min_match_rate if on else None,
+        "alpha": space.lossless.alpha if on else None,
+    }
 
 
 def feasible(
@@ -70,12 +82,15 @@ def feasible(
     *,
     lossless_match_rate: float | None = None,
     min_match_rate: float | None = None,
+    lossless_p_value: float | None = None,
+    alpha: float | None = None,
     noise_counts: bool = True,
 ) -> tuple[bool, tuple[str, ...]]:
     """A point is feasible when it meets every SLO limit, no request failed, its repeats
     agree (not noisy; ``noise_counts`` False for the baseline, which every verdict needs:
-    noise widens its interval, it never removes it), and its greedy outputs match the
-    baseline's well enough."""
+    noise widens its interval, it never removes it), its greedy outputs match the baseline's
+    well enough, and its sampled outputs are not told apart from the baseline's at
+    ``alpha``."""
     bad = []
     for name, limit in slo.items():
         v = metrics.get(name)
@@ -91,6 +106,11 @@ def feasible(
         and lossless_match_rate < min_match_rate
     ):
         bad.append(f"greedy match {lossless_match_rate:.0%} < {min_match_rate:.0%}")
+    if lossless_p_value is not None and alpha is not None and lossless_p_value < alpha:
+        bad.append(
+            f"sampled outputs differ from the baseline's distribution "
+            f"(p={lossless_p_value:.2g} < {alpha:g})"
+        )
     return (not bad), tuple(bad)
 
 
@@ -162,6 +182,8 @@ class Report:
     # The job's between-launch spread at this report's level, by metric (empty: nothing
     # was launched twice, so intervals are within one launch).
     spreads: dict[str, LaunchSpread] = field(default_factory=dict)
+    # The workload's sampling settings (what every request of this report carried).
+    sampling: dict[str, Any] = field(default_factory=lambda: dict(GREEDY))
 
     def interval(self, p: Point, metric: str) -> tuple[float, float, IntervalKind] | None:
         """95% interval of ``p``'s ``metric``: where one more launch lands, from its launches
@@ -257,7 +279,7 @@ def job_report(
     wl = workload or space.primary_workload
     conc = concurrency or space.primary_concurrency
     limits = space.slo.limits() if slo is None else slo
-    min_match = space.lossless.min_match_rate if space.lossless.enabled else None
+    rules = lossless_rules(space)
     objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
     points = []
     pruned = []
@@ -273,8 +295,9 @@ def job_report(
                     m,
                     limits,
                     lossless_match_rate=rate,
-                    min_match_rate=min_match,
+                    lossless_p_value=r.lossless_p_value,
                     noise_counts=r.method != "none",
+                    **rules,
                 )
                 p = Point(
                     r.number,
@@ -287,6 +310,7 @@ def job_report(
                     rate,
                     r.kv_cache_tokens,
                     r.peak_rss_mb,
+                    r.lossless_p_value,
                 )
                 # A pruned trial keeps its measured point and verdict, never the front.
                 (pruned if r.number in pruned_numbers else points).append(p)
@@ -338,6 +362,9 @@ def job_report(
         crossover=cross,
         baseline_by_conc=base_by_conc,
         replay_surface=surf,
+        sampling=next(
+            (w.sampling.request() for w in space.all_workloads if w.name == wl), dict(GREEDY)
+        ),
         target=tgt,
         other_targets=others,
         references=tuple(references),

@@ -24,8 +24,10 @@ from tuner.measure import (
     Measured,
     Measurer,
     Pruned,
+    Samples,
     TrialFailed,
     constraint_values,
+    distribution_p_value,
     lossless_match,
     objective_values,
 )
@@ -46,6 +48,8 @@ def _summary(primary: dict[str, Any], got: Measured) -> str:
         out += f", acceptance {acc:.1%}"
     if rate is not None:
         out += f", greedy match {rate:.0%}"
+    if got.lossless_p_value is not None:
+        out += f", sampled-distribution p={got.lossless_p_value:.3g}"
     if primary.get("noisy"):
         out += " (noisy)"
     if got.reused_from is not None:
@@ -94,9 +98,11 @@ class TrialRunner:
             got = self._run(trial, cfg, params)
             primary = got.primary(space)
             cons = constraint_values(primary, space.slo.limits())
-            rate = got.lossless_match_rate
+            rate, p_value = got.lossless_match_rate, got.lossless_p_value
             if rate is not None and space.lossless.enabled:
                 cons["lossless"] = space.lossless.min_match_rate - rate
+            if p_value is not None and space.lossless.enabled:
+                cons["lossless_distribution"] = space.lossless.alpha - p_value
             for k, v in cons.items():
                 trial.set_constraint(k, v)
             values = objective_values(primary, space)
@@ -183,15 +189,25 @@ class TrialRunner:
             kv_cache_tokens=prev.kv_cache_tokens,
             peak_rss_mb=prev.peak_rss_mb,
             lossless_match_rate=prev.lossless_match_rate,
+            lossless_p_value=prev.lossless_p_value,
         )
 
-    def _lossless(self, cfg: EngineConfig, ids: list[list[int] | None]) -> float | None:
-        """Agreement with the baseline's greedy outputs (None: no speculation, or no
-        baseline measured yet)."""
+    def _lossless(
+        self, cfg: EngineConfig, ids: list[list[int] | None], samples: Samples | None
+    ) -> tuple[float | None, float | None]:
+        """Agreement with the baseline's greedy outputs, and the p-value of the sampled
+        continuations against the baseline's (None: no speculation, no baseline measured
+        yet, or no sampled workload)."""
         if cfg.speculative_config is None:
-            return None
-        ref = self.ctx.store.baseline_greedy(self.ctx.job_id, cfg.model)
-        return lossless_match(ref, ids) if ref is not None else None
+            return None, None
+        store, job = self.ctx.store, self.ctx.job_id
+        ref = store.baseline_greedy(job, cfg.model)
+        rate = lossless_match(ref, ids) if ref is not None else None
+        ref_samples = store.baseline_samples(job, cfg.model) if samples is not None else None
+        p_value = None
+        if samples is not None and ref_samples is not None:
+            p_value = distribution_p_value(ref_samples, samples, seed=self.ctx.space.seed)
+        return rate, p_value
 
     def _run(self, trial: optuna.Trial, cfg: EngineConfig, params: dict[str, Any]) -> Measured:
         reused = self._reuse(trial, cfg, params)

@@ -164,7 +164,8 @@ export async function jobPage(gen, jobId) {
       predLegend.hidden = !predicted.some((q) => q.workload === rep.workload);
       drawHistory();
       verdictNote.textContent = `Mean time per output token of each speculative configuration against the ` +
-        `baseline's at the same concurrency (workload ${rep.workload}): speculation pays when it is lower.`;
+        `baseline's at the same concurrency (workload ${rep.workload}, found under ${samplingText(rep.sampling)}): ` +
+        `speculation pays when it is lower.`;
       verdictBox.replaceChildren(verdictTable(jobId, rep));
       const sel = rep.points.filter((p) => p.concurrency === rep.concurrency);
       const nFeas = sel.filter((p) => p.feasible).length;
@@ -195,6 +196,12 @@ export async function jobPage(gen, jobId) {
       if (err instanceof ApiError && err.status === 422) sloErr.textContent = fieldErrors(err).join("; ");
       else handle(err);
     }
+  }
+  // The workload's sampling settings as the CLI report names them.
+  function samplingText(s) {
+    if (!s || !s.temperature) return "greedy decoding";
+    const names = { temperature: "temperature", top_p: "top-p", top_k: "top-k", min_p: "min-p", seed: "seed" };
+    return Object.keys(names).filter((k) => s[k] != null).map((k) => `${names[k]} ${s[k]}`).join(", ");
   }
   let exportSeq = 0;
   async function loadExports(w, available, params) {

@@ -114,7 +114,7 @@ def _flat_space(space: SearchSpace) -> Callable[[optuna.Trial], Config]:
         p: dict[str, Any] = {"method": method}
         for name in methods[1:]:
             m, spec = METHODS[name], getattr(space.methods, name)
-            for prm in m.params:
+            for prm in m.active(spec):
                 src = getattr(spec, prm.source)
                 key = m.optuna_name(prm)
                 if isinstance(src, IntRange):

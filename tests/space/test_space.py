@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.space import SpaceError, load_space, loads_space
+from tuner.space import SearchSpace, SpaceError, load_space, loads_space
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,23 @@ def test_defaults_fill_in():
         (MINIMAL + "memory_fraction: [1.5]\n", "memory_fraction.0", "less than or equal to 1"),
         (MINIMAL + "concurrency: [2, 2]\n", "concurrency", "must not repeat"),
         (MINIMAL + "objective_concurrency: 3\n", "(top level)", "not one of concurrency"),
-        (MINIMAL + "workload: {path: x.jsonl}\n", "workload", "either builtin or path"),
+        (
+            MINIMAL + "workload: {path: x.jsonl, builtin: chat}\n",
+            "workload",
+            "either builtin or path",
+        ),
+        (MINIMAL + "workload: {temperature: 0.5}\n", "workload.temperature", "Extra inputs"),
+        (
+            MINIMAL + "workload: {sampling: {top_p: 0.9}}\n",
+            "workload.sampling",
+            "top_p applies only",
+        ),
+        (
+            MINIMAL + "workload: {sampling: {temperature: 3}}\n",
+            "workload.sampling.temperature",
+            "less than or equal to 2",
+        ),
+        (MINIMAL + 'workload: {name: "a b"}\n', "workload.name", "pattern"),
         (MINIMAL + "trials: 0\n", "trials", "greater than or equal to 1"),
     ],
 )
@@ -90,3 +106,32 @@ def test_start_with_is_checked_against_the_space():
         loads_space(MINIMAL + "start_with: [{method: draft_model, num_speculative_tokens: 2}]\n")
     with pytest.raises(SpaceError, match="start_with.0: num_speculative_tokens 9 is outside"):
         loads_space(MINIMAL + "start_with: [{method: ngram, num_speculative_tokens: 9}]\n")
+
+
+def test_a_workload_with_only_a_path_validates_and_is_named_after_its_file(tmp_path):
+    """An explicit path replaces the default builtin set (no ``builtin: null`` needed)."""
+    space = loads_space(MINIMAL + "workload: {path: prompts/my-set.jsonl}\n", base_dir=tmp_path)
+    wl = space.workload
+    assert (wl.builtin, wl.path, wl.name) == (None, "prompts/my-set.jsonl", "my-set")
+    odd = loads_space(MINIMAL + "workload: {path: 'a b+c.jsonl'}\n", base_dir=tmp_path)
+    assert odd.workload.name == "a_b_c"  # a name the API and --workload can carry
+
+
+def test_the_same_prompts_as_two_named_workloads_with_their_own_sampling():
+    space = loads_space(
+        MINIMAL
+        + "workloads:\n"
+        + "  - {name: greedy, builtin: chat}\n"
+        + "  - {name: sampled, builtin: chat, sampling: {temperature: 0.8, top_p: 0.95}}\n"
+    )
+    greedy, sampled = space.all_workloads
+    assert (greedy.name, sampled.name) == ("greedy", "sampled")
+    assert greedy.sampling.request() == {"temperature": 0.0}
+    assert sampled.sampling.request() == {"temperature": 0.8, "top_p": 0.95}
+    assert sampled.sampling.text() == "temperature 0.8, top-p 0.95"
+    with pytest.raises(SpaceError, match="names must differ"):
+        loads_space(MINIMAL + "workloads: [{builtin: chat}, {builtin: chat}]\n")
+    # a stored space reads back with the same names and settings
+    again = SearchSpace.model_validate(space.model_dump())
+    assert [w.name for w in again.all_workloads] == ["greedy", "sampled"]
+    assert again.all_workloads[1].sampling == sampled.sampling

@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="print a job's Pareto table, verdicts and winner again")
     p.add_argument("job", type=int)
+    p.add_argument("--workload", help="workload name (default: the job's first)")
     p.add_argument("--concurrency", type=int, help="level (default: the objective level)")
     p.add_argument("--slo-p99-tpot-ms", type=float, help="re-evaluate under this SLO")
     p.add_argument("--db", help=db_help)

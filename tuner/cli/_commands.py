@@ -143,9 +143,16 @@ def _run_to_end(store: Store, job_id: int, args: argparse.Namespace, done: int =
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 
-def _report_document(store: Store, job_id: int, concurrency: int | None, slo: dict | None) -> Any:
-    """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI."""
-    q = ReportQuery(workload=None, concurrency=concurrency, slo=slo or {})
+def _report_document(
+    store: Store,
+    job_id: int,
+    concurrency: int | None,
+    slo: dict | None,
+    workload: str | None = None,
+) -> Any:
+    """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI
+    (InvalidInput naming the field for a workload or level the job did not measure)."""
+    q = ReportQuery(workload=workload, concurrency=concurrency, slo=slo or {})
     return pareto(store, job_id, q).model_dump(mode="json")
 
 
@@ -180,8 +187,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = Store(database_url(args.db))
     slo = {"p99_tpot_ms": args.slo_p99_tpot_ms} if args.slo_p99_tpot_ms else None
     try:
-        rep = job_report(store, args.job, concurrency=args.concurrency, slo=slo)
-        doc = _report_document(store, args.job, args.concurrency, slo) if args.json else None
+        # the document first: it refuses a workload or level the job did not measure
+        doc = _report_document(store, args.job, args.concurrency, slo, args.workload)
+        rep = job_report(
+            store, args.job, workload=args.workload, concurrency=args.concurrency, slo=slo
+        )
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
@@ -192,7 +202,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         err(str(e))
         return EXIT_INPUT
     _warn_refused(store, args.job)
-    if doc is not None:
+    if args.json:
         print_json(doc)
     else:
         _print_report(store, args.job, rep)

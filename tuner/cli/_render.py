@@ -15,6 +15,7 @@ from tuner.job import TrialEvent
 from tuner.launches import launch_count
 from tuner.methods import params_text
 from tuner.pareto import Point, Report
+from tuner.space import sampling_text
 from tuner.storage import TrialRecord
 from tuner.surface import surface_is_simulated
 from tuner.verdict import per_token
@@ -133,6 +134,11 @@ def _interval_note(rep: Report) -> str:
     return "medians of repeats, [95% interval within one launch: nothing launched twice]"
 
 
+def _under(sampling: dict[str, Any]) -> str:
+    text = sampling_text(sampling)
+    return "greedy decoding" if text == "greedy" else text
+
+
 def report_text(rep: Report, why: list[str] | None = None) -> str:
     """The Pareto table, the round-cost verdicts, why the winner won and its exports."""
     lines = []
@@ -148,8 +154,8 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
             f"{rep.replay_surface}; no engine ran in this job (search benchmarking only)."
         )
     lines += [
-        f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload}, "
-        f"SLO {rep.slo or 'none'} (objectives: "
+        f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload} "
+        f"(found under {_under(rep.sampling)}), SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
         + f"; {_interval_note(rep)})"
     ]

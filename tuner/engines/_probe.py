@@ -69,11 +69,53 @@ class EngineProbe:
         except aiohttp.ClientError:
             return False
 
-    def _greedy_body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    def _ids_body(
+        self, model: str, prompt: str, max_tokens: int, sampling: dict[str, Any], n: int, seed: int
+    ) -> dict[str, Any]:
+        """The request for ``n`` continuations of ``prompt`` as token ids."""
         raise NotImplementedError
 
-    def _greedy_ids(self, answer: Any) -> list[Any] | None:
+    def _ids_of(self, answer: Any) -> list[Any]:
+        """The continuations' token ids in an answer, in sample order."""
         raise NotImplementedError
+
+    async def token_ids(
+        self,
+        base_url: str,
+        model: str,
+        prompts: Sequence[str],
+        max_tokens: int,
+        *,
+        sampling: dict[str, Any] | None = None,
+        n: int = 1,
+        seeds: Sequence[int] | None = None,
+        timeout_s: float = 120,
+        headers: dict[str, str] | None = None,
+    ) -> list[list[list[int]] | None]:
+        """``n`` continuations of each prompt as token ids, under ``sampling`` (greedy when
+        None); prompt i's request takes ``seeds[i]`` (its samples that seed plus their
+        index). None for a prompt whose request failed, and for every prompt when the
+        endpoint does not return token ids."""
+        if self.greedy_path is None:
+            return [None for _ in prompts]
+        url = base_url.rstrip("/") + self.greedy_path
+        s = dict(sampling or {"temperature": 0.0})
+        out: list[list[list[int]] | None] = []
+        async with aiohttp.ClientSession(headers=headers) as session:
+            for i, p in enumerate(prompts):
+                body = self._ids_body(model, p, max_tokens, s, n, seeds[i] if seeds else 0)
+                try:
+                    async with session.post(
+                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s * n)
+                    ) as r:
+                        if r.status != 200:
+                            out.append(None)
+                            continue
+                        got = [[int(t) for t in ids] for ids in self._ids_of(await r.json())]
+                        out.append(got if len(got) == n else None)
+                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError, TypeError):
+                    out.append(None)
+        return out
 
     async def greedy_token_ids(
         self,
@@ -86,25 +128,10 @@ class EngineProbe:
     ) -> list[list[int] | None]:
         """Greedy continuations as token ids (None for a request that failed, and for every
         prompt when the endpoint does not return token ids)."""
-        if self.greedy_path is None:
-            return [None for _ in prompts]
-        url = base_url.rstrip("/") + self.greedy_path
-        out: list[list[int] | None] = []
-        async with aiohttp.ClientSession(headers=headers) as s:
-            for p in prompts:
-                body = self._greedy_body(model, p, max_tokens)
-                try:
-                    async with s.post(
-                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
-                    ) as r:
-                        if r.status != 200:
-                            out.append(None)
-                            continue
-                        ids = self._greedy_ids(await r.json())
-                        out.append([int(t) for t in ids] if ids is not None else None)
-                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
-                    out.append(None)
-        return out
+        got = await self.token_ids(
+            base_url, model, prompts, max_tokens, timeout_s=timeout_s, headers=headers
+        )
+        return [g[0] if g else None for g in got]
 
     def kv_cache_tokens(self, log_text: str) -> int | None:
         """The KV-cache capacity (tokens) the engine reported in its start log."""

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import psutil
 
@@ -173,6 +173,18 @@ class ServerProcess(abc.ABC):
         self._sampler: _RssSampler | None = None
         self._kv_cache_tokens: int | None = None
         self._pid_file: Path | None = None
+
+    @classmethod
+    def speculative_problem(cls, spec: Mapping[str, Any] | None) -> str | None:
+        """Why this engine cannot run the speculative config ``spec`` (None: it can). The
+        base engine knows no drafting options: drafts other than greedy are refused."""
+        drafting = (spec or {}).get("draft_sample_method")
+        if drafting not in (None, "greedy"):
+            return (
+                f"methods.*.draft_sample_method: engine {cls.kind} has no draft sampling "
+                f"option, so {drafting!r} drafts cannot be asked of it"
+            )
+        return None
 
     @abc.abstractmethod
     def _argv(self, port: int) -> list[str]:

@@ -64,6 +64,8 @@ def sglang_spec_flags(spec: dict | None) -> list[str]:
     method = spec["method"]
     if method not in SGLANG_ALGORITHMS:
         raise ExportUnsupported(f"method {method!r} has no SGLang equivalent")
+    if spec.get("draft_sample_method") not in (None, "greedy"):
+        raise ExportUnsupported("SGLang has no draft sampling option (its drafts are greedy)")
     k = int(spec["num_speculative_tokens"])
     flags = ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
     if method == "ngram":

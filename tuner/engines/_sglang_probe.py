@@ -131,9 +131,19 @@ class SGLangProbe(EngineProbe):
                 samples.append((length, float("nan")))
         reading.spec = sglang_spec_stats(samples)
 
-    def _greedy_body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-        sp = {"max_new_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
-        return {"text": prompt, "sampling_params": sp}
+    def _ids_body(
+        self, model: str, prompt: str, max_tokens: int, sampling: dict[str, Any], n: int, seed: int
+    ) -> dict[str, Any]:
+        """SGLang's native batch: the prompt n times, sample i seeded with seed + i."""
+        sp = {"max_new_tokens": max_tokens, "ignore_eos": True, **sampling}
+        if "seed" in sp:
+            sp["sampling_seed"] = sp.pop("seed")
+        if n == 1 and not sampling.get("temperature"):
+            return {"text": prompt, "sampling_params": sp}
+        return {
+            "text": [prompt] * n,
+            "sampling_params": [{**sp, "sampling_seed": seed + i} for i in range(n)],
+        }
 
-    def _greedy_ids(self, answer: Any) -> list[Any] | None:
-        return answer.get("output_ids")
+    def _ids_of(self, answer: Any) -> list[Any]:
+        return [a["output_ids"] for a in (answer if isinstance(answer, list) else [answer])]

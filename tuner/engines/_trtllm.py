@@ -37,6 +37,10 @@ def trtllm_yaml(cfg: EngineConfig) -> str:
                 f"TensorRT-LLM has no decoding type for {method!r} (its Eagle is EAGLE-3; "
                 "EAGLE-1 heads do not load there)"
             )
+        if spec.get("draft_sample_method") not in (None, "greedy"):
+            raise ExportUnsupported(
+                "TensorRT-LLM's speculative config has no draft sampling option"
+            )
         k = int(spec["num_speculative_tokens"])
         sc: dict[str, Any] = {"decoding_type": TRTLLM_DECODING[method], "max_draft_len": k}
         if method in ("draft_model", "eagle3"):

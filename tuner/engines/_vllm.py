@@ -5,13 +5,16 @@ command line. The process lifecycle is ``ServerProcess``'s; what the server repo
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig
@@ -73,6 +76,21 @@ def _engine_flags(cfg: EngineConfig) -> list[str]:
         flags += ["--speculative-config", speculative_json(cfg.speculative_config)]
     flags += list(cfg.extra_args)
     return flags
+
+
+@functools.cache
+def vllm_has_spec_field(name: str) -> bool | None:
+    """Whether the installed vLLM's ``SpeculativeConfig`` declares ``name`` (None: vLLM is
+    not installed here, so nothing can be said). Read from its source, not imported: an
+    import of vLLM takes seconds and loads torch."""
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.submodule_search_locations:
+        return None
+    for root in found.submodule_search_locations:
+        src = Path(root) / "config" / "speculative.py"
+        if src.is_file():
+            return re.search(rf"^\s+{re.escape(name)}\s*:", src.read_text(), re.M) is not None
+    return None
 
 
 def speculative_json(spec: dict) -> str:
@@ -217,6 +235,19 @@ class VLLMServer(ServerProcess):
     kind: ClassVar[str] = "vllm"
     probe: ClassVar[EngineProbe] = VLLMProbe()
     extra_flags: ClassVar[Mapping[str, FlagValue]] = VLLM_EXTRA_FLAGS
+
+    @classmethod
+    def speculative_problem(cls, spec: Mapping[str, Any] | None) -> str | None:
+        """vLLM takes ``draft_sample_method`` where its ``SpeculativeConfig`` has the field
+        (0.32 does; older releases refuse the key at start, after a minute's load)."""
+        if (spec or {}).get("draft_sample_method") is None:
+            return None
+        if vllm_has_spec_field("draft_sample_method") is False:
+            return (
+                "methods.*.draft_sample_method: the installed vLLM's speculative config has "
+                "no draft_sample_method (vLLM 0.32 has it)"
+            )
+        return None
 
     def _argv(self, port: int) -> list[str]:
         return build_argv(self.cfg, port, python=self.python, launcher=self.launcher)

@@ -93,18 +93,24 @@ class VLLMProbe(EngineProbe):
         reading.spec = spec_delta(before, after)
         reading.mean_queue_ms = queue_delta(q0, q1)
 
-    def _greedy_body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-        return {
+    def _ids_body(
+        self, model: str, prompt: str, max_tokens: int, sampling: dict[str, Any], n: int, seed: int
+    ) -> dict[str, Any]:
+        body = {
             "model": model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "temperature": 0.0,
+            **sampling,
             "ignore_eos": True,
             "return_token_ids": True,
         }
+        if n > 1 or sampling.get("temperature"):
+            body |= {"n": n, "seed": seed}  # vLLM seeds sample i with seed + i
+        return body
 
-    def _greedy_ids(self, answer: Any) -> list[Any] | None:
-        return answer["choices"][0].get("token_ids")
+    def _ids_of(self, answer: Any) -> list[Any]:
+        choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
+        return [c["token_ids"] for c in choices]
 
     def kv_cache_tokens(self, log_text: str) -> int | None:
         return parse_kv_cache_tokens(log_text)

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 
 from tuner.launches import launch_count
-from tuner.pareto import Report, feasible
+from tuner.pareto import Report, feasible, lossless_rules
 from tuner.space import SearchSpace
 from tuner.storage import named_constraints
 
@@ -94,12 +94,20 @@ def trial_attrs(
         if st is not None and st.get("ci95_low") is not None:
             out[f"{name}_ci95"] = [st["ci95_low"], st["ci95_high"]]
     rate = extra.get("lossless_match_rate")
-    min_match = space.lossless.min_match_rate if space.lossless.enabled else None
-    ok, why = feasible(m, space.slo.limits(), lossless_match_rate=rate, min_match_rate=min_match)
+    p_value = extra.get("lossless_p_value")
+    ok, why = feasible(
+        m,
+        space.slo.limits(),
+        lossless_match_rate=rate,
+        lossless_p_value=p_value,
+        **lossless_rules(space),
+    )
     out["feasible"] = ok
     out["violations"] = list(why)
     if rate is not None:
         out["lossless_match_rate"] = rate
+    if p_value is not None:
+        out["lossless_p_value"] = p_value
     if extra.get("reused_from") is not None:
         out["reuses_trial"] = extra["reused_from"]  # no launch: trial N's numbers again
     if m.get("noisy"):

@@ -2,6 +2,7 @@
 where the numbers come from (a launched engine or a recorded surface), hosted references."""
 
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
+from tuner.measure._distribution import Samples, distribution_p_value
 from tuner.measure._measured import Measured
 from tuner.measure._measurer import LaunchMeasurer, LosslessCheck, Measurer, OnLaunch, PruneCheck
 from tuner.measure._protocol import (
@@ -27,8 +28,10 @@ __all__ = [
     "OnLaunch",
     "PruneCheck",
     "Pruned",
+    "Samples",
     "TrialFailed",
     "constraint_values",
+    "distribution_p_value",
     "load_all_prompts",
     "lossless_match",
     "measure_all",

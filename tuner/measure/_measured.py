@@ -29,6 +29,10 @@ class Measured:
     peak_rss_mb: float | None = None
     greedy_token_ids: list[list[int] | None] | None = None
     lossless_match_rate: float | None = None
+    # The distribution check's continuations (a baseline's are the job's reference) and the
+    # candidate's p-value against the baseline's.
+    sampled_token_ids: list[list[list[int]] | None] | None = None
+    lossless_p_value: float | None = None
     reused_from: int | None = None
 
     def primary(self, space: SearchSpace) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from typing import Any
 from tuner.engines import EngineConfig, EngineLaunchError, server_class
 from tuner.loadgen import LoadError
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
+from tuner.measure._distribution import Samples
 from tuner.measure._measured import Measured
-from tuner.measure._protocol import greedy_outputs, measure_all
+from tuner.measure._protocol import greedy_outputs, measure_all, sampled_outputs
 from tuner.preflight import PreflightError, preflight
 from tuner.space import SearchSpace
 from tuner.workloads import Prompt
@@ -22,8 +23,12 @@ from tuner.workloads import Prompt
 __all__ = ["LaunchMeasurer", "Measurer", "PruneCheck", "LosslessCheck", "OnLaunch"]
 
 PruneCheck = Callable[[dict[str, Any]], str | None]  # objective point -> evidence or None
-# greedy ids -> match rate with the baseline's (None: no baseline yet, or no speculation)
-LosslessCheck = Callable[[list[list[int] | None]], float | None]
+# (greedy ids, sampled continuations or None) -> (match rate with the baseline's greedy ids,
+# p-value of the sampled ones against the baseline's); None where there is nothing to compare
+# (no baseline yet, no speculation, no sampled workload)
+LosslessCheck = Callable[
+    [list[list[int] | None], Samples | None], tuple[float | None, float | None]
+]
 OnLaunch = Callable[[float, bool], None]  # (start-up seconds, confirmation?) -> None
 
 
@@ -50,7 +55,7 @@ class Measurer(ABC):
     ) -> Measured:
         """The points, objective point first, and what the launch reported. ``prune`` may
         stop it after the objective point (raises ``Pruned``); ``lossless`` prices the greedy
-        outputs against the baseline's."""
+        outputs, and the sampled ones when a workload samples, against the baseline's."""
 
 
 class LaunchMeasurer(Measurer):
@@ -81,6 +86,8 @@ class LaunchMeasurer(Measurer):
             preflight(cfg)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
+        if (why := self.server_cls.speculative_problem(cfg.speculative_config)) is not None:
+            raise TrialFailed("invalid_config", f"pre-flight: {why}")
 
     def measure(
         self,
@@ -104,7 +111,8 @@ class LaunchMeasurer(Measurer):
         self.control.attach(server)
         kv_cache_tokens: int | None = None
         ids: list[list[int] | None] | None = None
-        rate: float | None = None
+        samples: Samples | None = None
+        rate = p_value = None
         try:
             with server:
                 self.on_launch(server.startup_s or 0.0, confirm)
@@ -113,7 +121,13 @@ class LaunchMeasurer(Measurer):
                     ms = measure_all(server, self.space, self.prompts, prune)
                     if lossless is not None:
                         ids = greedy_outputs(server, self.space, self.prompts)
-                        rate = lossless(ids)
+                        samples = sampled_outputs(
+                            server,
+                            self.space,
+                            self.prompts,
+                            baseline=cfg.speculative_config is None,
+                        )
+                        rate, p_value = lossless(ids, samples)
                 except (LoadError, OSError) as e:
                     detail = f"{e}\n--- engine log tail ---\n{server.log_tail()}"
                     reason = "crash" if not server.alive() else "measurement"
@@ -151,4 +165,6 @@ class LaunchMeasurer(Measurer):
             peak_rss_mb=server.peak_rss_mb,
             greedy_token_ids=ids,
             lossless_match_rate=rate,
+            sampled_token_ids=samples,
+            lossless_p_value=p_value,
         )

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from tuner.loadgen import LoadError, measure
 from tuner.measure._control import Pruned, TrialFailed
+from tuner.measure._distribution import Samples, sample_seed
 from tuner.measure._measured import Measured
 from tuner.metrics import Measurement
 from tuner.space import SearchSpace, WorkloadSpec
@@ -33,6 +34,7 @@ __all__ = [
     "objective_values",
     "point_order",
     "repeat_passes",
+    "sampled_outputs",
     "warm_up",
 ]
 
@@ -116,6 +118,7 @@ def _window(
             headers=server.headers,
             passes=passes,
             reset_between_passes=space.measurement.reset_prefix_cache,
+            sampling=wl.sampling.request(),
         )
     )
     return m, reset
@@ -218,6 +221,7 @@ def measure_point(
     agg["warmup_capped"] = warm["warmup_capped"]
     agg["passes_per_repeat"] = passes
     agg["arrival"] = wl.arrival
+    agg["sampling"] = wl.sampling.request()
     agg["score"] = {
         o.metric: noise_score(agg["stats"][o.metric], o.resolved_direction, ms.noise_penalty)
         for o in space.objectives
@@ -259,6 +263,36 @@ def greedy_outputs(
             texts,
             ll.max_tokens,
             timeout_s=space.all_workloads[0].request_timeout_s,
+            headers=server.headers,
+        )
+    )
+
+
+def sampled_outputs(
+    server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]], *, baseline: bool
+) -> Samples | None:
+    """Sampled continuations (token ids) for the distribution check: the first sampled
+    workload's first prompts, ``samples_per_prompt`` each, under its settings but with the
+    check's own seeds (the baseline's never a candidate's). None when no workload samples."""
+    wl = space.sampled_workload
+    if wl is None:
+        return None
+    ll = space.lossless
+    chosen = prompts[wl.name][: ll.sampled_prompts]
+    settings = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+    return asyncio.run(
+        server.probe.token_ids(
+            server.base_url,
+            space.engine.served_model_name,
+            [p.prompt for p in chosen],
+            ll.sampled_tokens,
+            sampling=settings,
+            n=ll.samples_per_prompt,
+            seeds=[
+                sample_seed(i, ll.samples_per_prompt, baseline=baseline)
+                for i in range(len(chosen))
+            ],
+            timeout_s=wl.request_timeout_s,
             headers=server.headers,
         )
     )

@@ -226,6 +226,7 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
     return ParetoPublic(
         job_id=job_id,
         workload=sl.workload,
+        sampling=main.sampling,
         concurrency=sl.concurrency,
         levels=list(space.concurrency),
         slo=sl.slo,

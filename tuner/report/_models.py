@@ -167,6 +167,11 @@ class WinnerExport(FrozenModel):
 class ParetoPublic(FrozenModel):
     job_id: int
     workload: str
+    sampling: dict[str, Any] = Field(
+        default_factory=lambda: {"temperature": 0.0},
+        description="the workload's sampling settings, sent on every request it measured "
+        '({"temperature": 0.0}: greedy)',
+    )
     concurrency: int = Field(description="the level the front and the winner are chosen at")
     levels: list[int]
     slo: dict[str, float]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.candidates import grid_configs
-from tuner.pareto import feasible
+from tuner.pareto import feasible, lossless_rules
 from tuner.search._classes import memory_family
 from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
 from tuner.search._predicted import PredictedPoint
@@ -105,7 +105,7 @@ def propose(
     metric = space.objectives[0].metric
     sign = 1.0 if space.objectives[0].resolved_direction == "maximize" else -1.0
     limits = space.slo.limits()
-    min_match = space.lossless.min_match_rate if space.lossless.enabled else None
+    rules = lossless_rules(space)
     launched = [r for r in rows if r.reused_from is None and r.state in _MEASURED]
     lay = _Layout.of(space, rows, memory_for, grid)
 
@@ -124,7 +124,11 @@ def propose(
         if r.state != TrialState.COMPLETE or m is None or m.get(metric) is None:
             continue
         ok, _ = feasible(
-            m, limits, lossless_match_rate=r.lossless_match_rate, min_match_rate=min_match
+            m,
+            limits,
+            lossless_match_rate=r.lossless_match_rate,
+            lossless_p_value=getattr(r, "lossless_p_value", None),
+            **rules,
         )
         if ok and (incumbent is None or sign * m[metric] > sign * incumbent):
             incumbent = float(m[metric])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from tuner.pareto import feasible
+from tuner.pareto import feasible, lossless_rules
 from tuner.space import SearchSpace
 from tuner.storage import TrialState
 
@@ -32,6 +32,7 @@ class ObjectivePoint(NamedTuple):
     params: dict[str, Any]
     metrics: dict[str, Any]
     match_rate: float | None  # its greedy output against the baseline's
+    p_value: float | None  # its sampled outputs against the baseline's
 
 
 def objective_points(rows: Iterable[Any], space: SearchSpace, model: str) -> list[ObjectivePoint]:
@@ -39,7 +40,13 @@ def objective_points(rows: Iterable[Any], space: SearchSpace, model: str) -> lis
     (another target's trials are never compared)."""
     point = (space.primary_workload, space.primary_concurrency)
     return [
-        ObjectivePoint(r.number, dict(r.params), dict(m.metrics), r.lossless_match_rate)
+        ObjectivePoint(
+            r.number,
+            dict(r.params),
+            dict(m.metrics),
+            r.lossless_match_rate,
+            getattr(r, "lossless_p_value", None),
+        )
         for r in rows
         if r.state == TrialState.COMPLETE and r.reused_from is None
         if r.engine_config.get("model") == model
@@ -99,14 +106,14 @@ class DominancePruner:
         self.objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
         self.concurrency = space.primary_concurrency
         self.limits = space.slo.limits()
-        self.min_match = space.lossless.min_match_rate if space.lossless.enabled else None
+        self.rules = lossless_rules(space)
 
     def evidence(self, m: dict[str, Any], measured: Iterable[ObjectivePoint]) -> str | None:
         """Why ``m`` (a trial's objective point) is clearly dominated by one of
         ``measured``, or None to go on measuring."""
-        for number, _, om, rate in measured:
+        for number, _, om, rate, p_value in measured:
             ok, _ = feasible(
-                om, self.limits, lossless_match_rate=rate, min_match_rate=self.min_match
+                om, self.limits, lossless_match_rate=rate, lossless_p_value=p_value, **self.rules
             )
             if ok and dominated_by(m, om, self.objectives):
                 return (

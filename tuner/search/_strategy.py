@@ -137,7 +137,8 @@ class SearchStrategy:
         sign = -1.0 if o.resolved_direction == "maximize" else 1.0
         model = self.space.resolve(self.space.engine.model)
         best: tuple[float, dict[str, Any]] | None = None
-        for _, params, m, _ in objective_points(self.trials.current().rows, self.space, model):
+        for pt in objective_points(self.trials.current().rows, self.space, model):
+            params, m = pt.params, pt.metrics
             v = (m.get("score") or {}).get(o.metric, m.get(o.metric))
             if v is not None and (best is None or sign * v < best[0]):
                 best = (sign * float(v), params)

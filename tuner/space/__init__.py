@@ -27,6 +27,7 @@ from tuner.space._methods import (
     SpaceError,
     StartPoint,
 )
+from tuner.space._sampling import GREEDY, SamplingSpec, sampling_text
 from tuner.space._space import (
     METRIC_DIRECTIONS,
     SLO,
@@ -40,6 +41,7 @@ from tuner.space._space import (
 )
 
 __all__ = [
+    "GREEDY",
     "MAX_RANGE",
     "MAX_SPACE_BYTES",
     "MAX_SPACE_DEPTH",
@@ -58,6 +60,7 @@ __all__ = [
     "MtpMethod",
     "NgramMethod",
     "Objective",
+    "SamplingSpec",
     "SearchSpace",
     "SpaceError",
     "StartPoint",
@@ -67,6 +70,7 @@ __all__ = [
     "loads_space",
     "parse_space",
     "read_yaml",
+    "sampling_text",
     "shape_problem",
 ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -17,6 +17,7 @@ __all__ = [
     "MAX_RANGE",
     "METHOD_NAMES",
     "DraftModelMethod",
+    "DraftSampleMethod",
     "HeadMethod",
     "IntRange",
     "Methods",
@@ -92,11 +93,36 @@ def _no_repeats(v: list[str]) -> list[str]:
 CheckpointList = Annotated[list[str], Field(min_length=1), AfterValidator(_no_repeats)]
 
 
+DraftSampleMethod = Literal["greedy", "probabilistic"]
+
+
+def _distinct(v: list[str]) -> list[str]:
+    if len(set(v)) != len(v):
+        raise ValueError("values must not repeat")
+    return v
+
+
+# vLLM's draft_sample_method as a searched axis (None: not searched, the engine's default of
+# greedy drafts). Only sampled workloads tell the two apart: the space refuses it otherwise.
+DraftSampling = Annotated[list[DraftSampleMethod], Field(min_length=1), AfterValidator(_distinct)]
+
+
+def _draft_sampling_field() -> Any:
+    return Field(
+        None,
+        description="How the proposer drafts under sampling, as vLLM's draft_sample_method: "
+        "greedy (its argmax, accepted with probability p_target) or probabilistic (sampled "
+        "from its own distribution, verified with its full probabilities). Listed: searched. "
+        "Only for spaces with a sampled workload; the engine must have the option.",
+    )
+
+
 class DraftModelMethod(StrictModel):
     """A separate small model that shares the target's vocabulary."""
 
     num_speculative_tokens: IntRange = IntRange(min=1, max=4)
     drafts: CheckpointList
+    draft_sample_method: DraftSampling | None = _draft_sampling_field()
 
 
 class HeadMethod(StrictModel):
@@ -105,6 +131,7 @@ class HeadMethod(StrictModel):
 
     num_speculative_tokens: IntRange = IntRange(min=1, max=4)
     heads: CheckpointList
+    draft_sample_method: DraftSampling | None = _draft_sampling_field()
 
 
 class MtpMethod(StrictModel):

@@ -10,6 +10,7 @@ preset works from any working directory.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,6 +22,7 @@ from pydantic import (
 
 from tuner.space._engine import EngineSpec, HostedEndpoint
 from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
+from tuner.space._sampling import SamplingSpec
 
 __all__ = [
     "METRIC_DIRECTIONS",
@@ -30,6 +32,7 @@ __all__ = [
     "LosslessSpec",
     "MeasurementSpec",
     "Objective",
+    "SamplingSpec",
     "SearchSpace",
     "WorkloadSpec",
 ]
@@ -52,15 +55,30 @@ METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
 }
 
 
-class WorkloadSpec(StrictModel):
-    """Which prompts, how many, how long; ``builtin`` names a set shipped with SpecTune."""
+_DEFAULT_BUILTIN = "code_completion"
 
-    builtin: Literal["code_completion", "chat", "summarization"] | None = "code_completion"
+
+class WorkloadSpec(StrictModel):
+    """Which prompts, how many, how long, sampled how; ``builtin`` names a set shipped with
+    SpecTune, ``path`` a file of the user's (an explicit ``path`` replaces the default set)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w.-]+$")] = Field(
+        _DEFAULT_BUILTIN,
+        description="How the report, the API and --workload call it (default: the builtin's "
+        "name or the file's stem). Two workloads may send the same prompts under different "
+        "names, e.g. greedy and sampled; each is reported apart, never averaged.",
+    )
+    builtin: Literal["code_completion", "chat", "summarization"] | None = _DEFAULT_BUILTIN
     path: str | None = None
     format: Literal["jsonl", "sharegpt", "custom", "spec_bench"] = Field(
         "jsonl",
         description="How path is read: SpecTune JSONL, or a file `vllm bench serve` reads "
         "(sharegpt JSON, custom JSONL, spec_bench JSONL); tuner.workloads.FORMATS.",
+    )
+    sampling: SamplingSpec = Field(
+        default_factory=SamplingSpec,
+        description="The sampling settings of the user's traffic, sent on every request of "
+        "this workload and stored with every measurement (default: greedy).",
     )
     num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
     max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
@@ -73,10 +91,31 @@ class WorkloadSpec(StrictModel):
         None, description="Requests per second for poisson arrivals."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """A ``path`` given without ``builtin`` replaces the default set (no ``builtin:
+        null`` needed); a workload without ``name`` is called after its set or file."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("path") is not None and "builtin" not in data:
+            data["builtin"] = None
+        if data.get("name") is None:
+            builtin = data.get("builtin", _DEFAULT_BUILTIN)
+            path = data.get("path")
+            if builtin is not None:
+                data["name"] = builtin
+            elif isinstance(path, str) and Path(path).stem:
+                data["name"] = re.sub(r"[^\w.-]", "_", Path(path).stem)[:100]
+            else:
+                data.pop("name", None)
+        return data
+
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
         if self.path is not None and self.builtin is not None:
-            raise ValueError("give either builtin or path, not both (set builtin: null)")
+            raise ValueError("give either builtin or path, not both")
         if self.path is None and self.builtin is None:
             raise ValueError("give builtin or path")
         if self.path is None and self.format != "jsonl":
@@ -86,10 +125,6 @@ class WorkloadSpec(StrictModel):
         if self.arrival == "closed" and self.request_rate is not None:
             raise ValueError("request_rate applies only to arrival: poisson")
         return self
-
-    @property
-    def name(self) -> str:
-        return self.builtin if self.builtin is not None else Path(self.path or "").stem
 
 
 class MeasurementSpec(StrictModel):
@@ -134,12 +169,27 @@ class MeasurementSpec(StrictModel):
 
 
 class LosslessSpec(StrictModel):
-    """Greedy outputs of every speculative configuration against the baseline's."""
+    """Greedy outputs of every speculative configuration against the baseline's; and, when a
+    workload samples, the candidate's output distribution against the baseline's."""
 
     enabled: bool = True
     num_prompts: Annotated[int, Field(ge=1, le=1000)] = 8
     max_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
     min_match_rate: Annotated[float, Field(ge=0, le=1)] = 0.9
+    sampled_prompts: Annotated[int, Field(ge=1, le=64)] = Field(
+        4, description="Prompts of the first sampled workload the distribution check samples."
+    )
+    samples_per_prompt: Annotated[int, Field(ge=8, le=1000)] = Field(
+        48, description="Continuations per prompt, from the baseline and from each candidate."
+    )
+    sampled_tokens: Annotated[int, Field(ge=1, le=1024)] = Field(
+        16, description="Tokens per continuation compared, position by position."
+    )
+    alpha: Annotated[float, Field(gt=0, le=0.5)] = Field(
+        0.01,
+        description="False-alarm rate of the distribution check: a lossless candidate is "
+        "flagged with at most this probability (a permutation test, exact for any vocabulary).",
+    )
 
 
 class SLO(StrictModel):
@@ -256,6 +306,14 @@ class SearchSpace(StrictModel):
                 raise ValueError("workloads: give at least one")
             if len(set(names)) != len(names):
                 raise ValueError(f"workloads: names must differ, got {names}")
+        if self.sampled_workload is None:
+            for name in self.methods.enabled():
+                if getattr(getattr(self.methods, name), "draft_sample_method", None):
+                    raise ValueError(
+                        f"methods.{name}.draft_sample_method: every workload here is greedy, "
+                        "where drafts are argmax whatever the method; give a workload "
+                        "sampling (temperature > 0) or drop draft_sample_method"
+                    )
         hosted = [h.name for h in self.hosted]
         if len(set(hosted)) != len(hosted):
             raise ValueError(f"hosted: names must differ, got {hosted}")
@@ -296,6 +354,11 @@ class SearchSpace(StrictModel):
     @property
     def all_workloads(self) -> list[WorkloadSpec]:
         return list(self.workloads) if self.workloads else [self.workload]
+
+    @property
+    def sampled_workload(self) -> WorkloadSpec | None:
+        """The workload whose sampling the distribution check uses: the first that samples."""
+        return next((w for w in self.all_workloads if not w.sampling.greedy), None)
 
     @property
     def primary_workload(self) -> str:

@@ -108,6 +108,10 @@ class TrialModel(Base):
     # How the search proposed it, its prediction (never a measurement) and the class member
     # it was launched as (v0.5.0.c).
     search: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Lossless under sampling (v0.6.0.a): the distribution check's continuations and the
+    # candidate's p-value against the baseline's.
+    sampled_token_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    lossless_p_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

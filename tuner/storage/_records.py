@@ -12,6 +12,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from tuner.space import GREEDY
 from tuner.states import TrialState
 from tuner.storage._retry import retry_db
 from tuner.storage._stored_space import SpaceRefused
@@ -97,6 +98,11 @@ class TrialRecord(BaseModel):
     startup_s: float | None = None
     reused_from: int | None = None
     lossless_match_rate: float | None = None
+    lossless_p_value: float | None = Field(
+        None,
+        description="p-value of its sampled outputs against the baseline's (the distribution "
+        "check of a sampled workload); below the space's lossless.alpha: not lossless",
+    )
     kv_cache_tokens: int | None = None
     peak_rss_mb: float | None = None
     constraints: dict[str, float] = Field(default_factory=dict)
@@ -159,6 +165,7 @@ _ROW_KEYS = (
     "startup_s",
     "reused_from",
     "lossless_match_rate",
+    "lossless_p_value",
     "kv_cache_tokens",
     "peak_rss_mb",
     "worker_id",
@@ -190,7 +197,8 @@ class RecordQueries:
         out = []
         for t in trials:
             r = rows.get(t.number)
-            ms = [dict(m.metrics) for m in r.measurements] if r is not None else []
+            # every point states its sampling: one stored before sampling existed was greedy
+            ms = [{"sampling": dict(GREEDY), **m.metrics} for m in r.measurements] if r else []
             prim = next((m for m in ms if (m["workload"], m["concurrency"]) == (wl, conc)), {})
             row: dict[str, Any] = {}
             if r is not None:

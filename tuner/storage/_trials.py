@@ -111,6 +111,8 @@ class TrialQueries:
                 "peak_rss_mb",
                 "greedy_token_ids",
                 "lossless_match_rate",
+                "sampled_token_ids",
+                "lossless_p_value",
             ):
                 setattr(row, key, extra.get(key))
             row.state = state
@@ -210,18 +212,27 @@ class TrialQueries:
     @retry_db
     def baseline_greedy(self, job_id: int, model: str) -> list[Any] | None:
         """Greedy token ids of the first baseline served from ``model``."""
+        return self._baseline_outputs(job_id, model, TrialModel.greedy_token_ids)
+
+    @retry_db
+    def baseline_samples(self, job_id: int, model: str) -> list[Any] | None:
+        """The distribution check's sampled continuations of the first baseline served from
+        ``model`` that took them (the reference every candidate is tested against)."""
+        return self._baseline_outputs(job_id, model, TrialModel.sampled_token_ids)
+
+    def _baseline_outputs(self, job_id: int, model: str, column: Any) -> list[Any] | None:
         q = (
             select(TrialModel)
             .where(
                 TrialModel.job_id == job_id,
                 TrialModel.method == "none",
-                TrialModel.greedy_token_ids.is_not(None),
+                column.is_not(None),
             )
             .order_by(TrialModel.number)
         )
         with self.session() as s:
             row = next((r for r in s.scalars(q) if r.engine_config.get("model") == model), None)
-            return row.greedy_token_ids if row is not None else None
+            return getattr(row, column.key) if row is not None else None
 
     @retry_db
     def measured_params(self, job_id: int) -> list[dict[str, Any]]:
