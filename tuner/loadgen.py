@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from tuner.metrics import LoadError, Measurement, RequestResult, WindowReading, summarize
+from tuner.metrics import GREEDY, LoadError, Measurement, RequestResult, WindowReading, summarize
 from tuner.workloads import Prompt
 
 __all__ = [
@@ -44,14 +44,11 @@ class Probe(Protocol):
     async def reset_prefix_cache(self, base_url: str) -> bool: ...
 
 
-_GREEDY = {"temperature": 0.0}
-
-
 @dataclass(frozen=True)
 class _Req:
     prompt: str
     max_tokens: int
-    sampling: dict[str, Any] = field(default_factory=lambda: dict(_GREEDY))
+    sampling: dict[str, Any] = field(default_factory=lambda: dict(GREEDY))
 
 
 async def stream_completion(
@@ -196,7 +193,7 @@ def _expand(
 ) -> list[_Req]:
     if not prompts:
         raise LoadError("the workload has no prompts")
-    s = dict(sampling or _GREEDY)
+    s = dict(sampling or GREEDY)
     return [
         _Req(p.prompt, p.max_tokens or default_max_tokens, s)
         for p in (prompts[i % len(prompts)] for i in range(n))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "GREEDY",
     "LoadError",
     "Measurement",
     "RequestResult",
@@ -25,6 +27,11 @@ __all__ = [
     "spec_delta",
     "summarize",
 ]
+
+
+# How a request states greedy decoding, and how a measurement stores greedy sampling (points
+# stored before sampling existed were all greedy and read as this). Copy before changing.
+GREEDY: dict[str, Any] = {"temperature": 0.0}
 
 
 class LoadError(RuntimeError):

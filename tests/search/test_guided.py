@@ -158,6 +158,7 @@ def _row(number, c, state="complete", level=4):
         measurements=meas,
         reused_from=None,
         lossless_match_rate=1.0,
+        lossless_p_value=None,
         kv_cache_tokens=9999,
         search=None,
     )

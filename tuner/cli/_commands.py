@@ -42,7 +42,7 @@ from tuner.export import ExportError, export_job
 from tuner.job import create_job, run_job
 from tuner.measure import load_all_prompts
 from tuner.pareto import Report, job_report
-from tuner.report import ReportQuery, pareto
+from tuner.report import ReportQuery, pareto, resolve_query
 from tuner.space import SpaceError, load_space
 from tuner.states import TRIAL_FINISHED, JobState, TrialState
 from tuner.storage import (
@@ -143,16 +143,9 @@ def _run_to_end(store: Store, job_id: int, args: argparse.Namespace, done: int =
     return EXIT_OK if rep.winner is not None else EXIT_INFEASIBLE
 
 
-def _report_document(
-    store: Store,
-    job_id: int,
-    concurrency: int | None,
-    slo: dict | None,
-    workload: str | None = None,
-) -> Any:
-    """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI
-    (InvalidInput naming the field for a workload or level the job did not measure)."""
-    q = ReportQuery(workload=workload, concurrency=concurrency, slo=slo or {})
+def _report_document(store: Store, job_id: int, concurrency: int | None, slo: dict | None) -> Any:
+    """The same document as ``GET /api/jobs/{id}/pareto``: one shape for scripts and UI."""
+    q = ReportQuery(workload=None, concurrency=concurrency, slo=slo or {})
     return pareto(store, job_id, q).model_dump(mode="json")
 
 
@@ -187,11 +180,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = Store(database_url(args.db))
     slo = {"p99_tpot_ms": args.slo_p99_tpot_ms} if args.slo_p99_tpot_ms else None
     try:
-        # the document first: it refuses a workload or level the job did not measure
-        doc = _report_document(store, args.job, args.concurrency, slo, args.workload)
+        q = ReportQuery(workload=args.workload, concurrency=args.concurrency, slo=slo or {})
+        # refuses a workload or level the job did not measure, naming them
+        resolve_query(store.space(args.job, for_reading=True), q)
         rep = job_report(
             store, args.job, workload=args.workload, concurrency=args.concurrency, slo=slo
         )
+        doc = pareto(store, args.job, q).model_dump(mode="json") if args.json else None
     except JobNotFound as e:
         err(str(e))
         return EXIT_INPUT
@@ -202,7 +197,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         err(str(e))
         return EXIT_INPUT
     _warn_refused(store, args.job)
-    if args.json:
+    if doc is not None:
         print_json(doc)
     else:
         _print_report(store, args.job, rep)

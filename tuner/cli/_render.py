@@ -134,11 +134,6 @@ def _interval_note(rep: Report) -> str:
     return "medians of repeats, [95% interval within one launch: nothing launched twice]"
 
 
-def _under(sampling: dict[str, Any]) -> str:
-    text = sampling_text(sampling)
-    return "greedy decoding" if text == "greedy" else text
-
-
 def report_text(rep: Report, why: list[str] | None = None) -> str:
     """The Pareto table, the round-cost verdicts, why the winner won and its exports."""
     lines = []
@@ -155,7 +150,7 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         )
     lines += [
         f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload} "
-        f"(found under {_under(rep.sampling)}), SLO {rep.slo or 'none'} (objectives: "
+        f"(found under {sampling_text(rep.sampling)}), SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
         + f"; {_interval_note(rep)})"
     ]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from tuner.metrics import LoadError, WindowReading
+from tuner.metrics import GREEDY, LoadError, WindowReading
 
 __all__ = ["EngineProbe", "HostedProbe", "fetch_metrics_text", "get_text"]
 
@@ -99,7 +99,7 @@ class EngineProbe:
         if self.greedy_path is None:
             return [None for _ in prompts]
         url = base_url.rstrip("/") + self.greedy_path
-        s = dict(sampling or {"temperature": 0.0})
+        s = dict(sampling or GREEDY)
         out: list[list[list[int]] | None] = []
         async with aiohttp.ClientSession(headers=headers) as session:
             for i, p in enumerate(prompts):

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.engines import EXPORT_FORMAT_NAMES
+from tuner.metrics import GREEDY
 
 __all__ = [
     "ExportFormat",
@@ -168,7 +169,7 @@ class ParetoPublic(FrozenModel):
     job_id: int
     workload: str
     sampling: dict[str, Any] = Field(
-        default_factory=lambda: {"temperature": 0.0},
+        default_factory=lambda: dict(GREEDY),
         description="the workload's sampling settings, sent on every request it measured "
         '({"temperature": 0.0}: greedy)',
     )

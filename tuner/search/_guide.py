@@ -127,7 +127,7 @@ def propose(
             m,
             limits,
             lossless_match_rate=r.lossless_match_rate,
-            lossless_p_value=getattr(r, "lossless_p_value", None),
+            lossless_p_value=r.lossless_p_value,
             **rules,
         )
         if ok and (incumbent is None or sign * m[metric] > sign * incumbent):

@@ -45,7 +45,7 @@ def objective_points(rows: Iterable[Any], space: SearchSpace, model: str) -> lis
             dict(r.params),
             dict(m.metrics),
             r.lossless_match_rate,
-            getattr(r, "lossless_p_value", None),
+            r.lossless_p_value,
         )
         for r in rows
         if r.state == TrialState.COMPLETE and r.reused_from is None

@@ -12,13 +12,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from tuner.metrics import GREEDY
 from tuner.space._methods import StrictModel
 
 __all__ = ["GREEDY", "SamplingSpec", "sampling_text"]
-
-# How a greedy measurement states its sampling (stored points from before sampling existed
-# were all greedy and read as this).
-GREEDY: dict[str, Any] = {"temperature": 0.0}
 
 
 class SamplingSpec(StrictModel):
@@ -63,10 +60,11 @@ class SamplingSpec(StrictModel):
 
 
 def sampling_text(sampling: dict[str, Any] | None) -> str:
-    """``greedy`` or ``temperature 0.8, top-p 0.95``: how a report names the settings."""
+    """``greedy decoding`` or ``temperature 0.8, top-p 0.95``: how a report names the
+    settings."""
     s = sampling or GREEDY
     if not s.get("temperature"):
-        return "greedy"
+        return "greedy decoding"
     names = {"temperature": "temperature", "top_p": "top-p", "top_k": "top-k", "min_p": "min-p"}
     parts = [f"{names[k]} {s[k]:g}" for k in names if s.get(k) is not None]
     if s.get("seed") is not None:
