@@ -171,6 +171,40 @@ def test_processes_migrating_a_new_database_at_once_take_turns(db_url):
     assert current_revision(db_url) == head_revision()
 
 
+def test_a_migration_committing_between_the_two_reads_is_found_done(db_url, monkeypatch):
+    """Another process's migration commits its tables and version row at once, possibly
+    between this process's two reads under the lock (CI saw it on PostgreSQL): whichever
+    read comes first, the schema it then finds is taken as done, not as foreign tables."""
+    from tuner.storage import _db
+
+    real_revision, real_inspect = _db._revision, _db.inspect
+    calls = {"revision": 0, "inspect": 0, "migrated": False}
+
+    def other_process_migrates() -> None:
+        if not calls["migrated"]:
+            calls["migrated"] = True
+            _db._upgrade_locked(db_url, "head")  # the other process holds no lock of ours
+
+    def revision(url: str):
+        calls["revision"] += 1
+        rev = real_revision(url)
+        if calls["revision"] == 2:  # the first read under the lock
+            other_process_migrates()
+        return rev
+
+    def inspect_(bind):
+        calls["inspect"] += 1
+        insp = real_inspect(bind)
+        tables = insp.get_table_names()
+        other_process_migrates()
+        return type("Tables", (), {"get_table_names": staticmethod(lambda: tables)})()
+
+    monkeypatch.setattr(_db, "_revision", revision)
+    monkeypatch.setattr(_db, "inspect", inspect_)
+    ensure_schema(db_url)
+    assert calls["migrated"] and current_revision(db_url) == head_revision()
+
+
 def test_every_migration_runs_down_and_up_again(db_url):
     """Each revision's downgrade undoes it on this backend, so the chain can be walked back."""
     from alembic import command

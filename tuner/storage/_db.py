@@ -200,9 +200,12 @@ def ensure_schema(url: str) -> None:
     if _revision(url) == head:
         return
     with _migration_lock(url):
+        # Tables before revision: on PostgreSQL another process's migration commits its tables
+        # and its version row at once (the lock above is only this process's), so tables seen
+        # here mean the revision read next is that migration's, not None.
+        tables = set(inspect(get_engine(url)).get_table_names())
         rev = _revision(url)
         if rev is None:
-            tables = set(inspect(get_engine(url)).get_table_names())
             if tables & SPECTUNE_TABLES:
                 raise SchemaOutOfDate(
                     f"database {shown_url(url)} has SpecTune tables but no "
