@@ -22,7 +22,9 @@ Protocol (HPOBench / YAHPO Gym / Ax "inference trace" style), on a recorded surf
   signed-rank test (SpecTune vs TPE, vs random) and makes the median infinite (null) when
   it is the majority.
 
-Strategies: ``spectune`` (the product's study via ``run_job`` with ``engine.kind: replay``),
+Strategies: ``spectune`` (the product's study via ``run_job`` with ``engine.kind: replay``,
+offline pricing from the surface's ``offline_acceptance`` table), ``spectune_nooffline``
+(the same without it: every proposer scanned by a launch, in the prior order of methods),
 ``tpe`` (Optuna TPE, default settings + the SLO as constraint), ``tpe_mv`` (multivariate TPE:
 the same trials as ``tpe`` under Optuna 5, whose default is multivariate for one objective),
 ``tpe_indep`` (independent TPE, the Optuna <= 4 default),
@@ -53,7 +55,17 @@ from bench.hpo._stats import bootstrap_median_ci, median, wilcoxon_signed_rank  
 from bench.hpo._strategies import run_grid, run_optuna, run_spectune  # noqa: E402
 from tuner.surface import config_key, read_surface  # noqa: E402
 
-ALL = ["spectune", "tpe", "tpe_mv", "tpe_indep", "gp", "random", "random_analytic", "grid"]
+ALL = [
+    "spectune",
+    "spectune_nooffline",
+    "tpe",
+    "tpe_mv",
+    "tpe_indep",
+    "gp",
+    "random",
+    "random_analytic",
+    "grid",
+]
 
 
 def _num(x: float) -> float | None:
@@ -72,8 +84,8 @@ def _default_plot(surface: Path) -> Path:
 
 def run_strategy(name: str, truth: Truth, seed: int, own: int, budget: int) -> Trace:
     """One seeded run with ``own`` launches, scored over ``budget`` (the rest carried)."""
-    if name == "spectune":
-        obs = run_spectune(truth, seed, budget)
+    if name in ("spectune", "spectune_nooffline"):
+        obs = run_spectune(truth, seed, budget, offline=name == "spectune")
     elif name == "grid":
         obs = run_grid(truth, seed, budget)
     else:

@@ -149,6 +149,8 @@ class TrialRunner:
         note = dict(trial.user_attrs.get(GUIDE_ATTR) or {"by": "sampler"})
         if not note.get("predicted") and (pred := self.strategy.prediction_for(params)):
             note["predicted"] = pred  # priced before the launch, whoever proposed it
+        if offline := self.strategy.offline_for(params):
+            note["offline"] = offline
         if why:
             changed = {k: v for k, v in proposed.items() if params.get(k) != v}
             note["class"] = {"proposed": changed, "why": why}

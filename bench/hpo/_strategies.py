@@ -76,8 +76,11 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
         _replay.ReplayEngine.measure = original  # type: ignore[method-assign]
 
 
-def run_spectune(truth: Truth, seed: int, budget: int) -> list[Observation]:
-    """SpecTune's own study through ``run_job`` with ``engine.kind: replay`` (as today)."""
+def run_spectune(
+    truth: Truth, seed: int, budget: int, *, offline: bool = True
+) -> list[Observation]:
+    """SpecTune's own study through ``run_job`` with ``engine.kind: replay``; ``offline``:
+    with the surface's offline acceptance table (``offline_pricing``), else without."""
     from tuner.job import create_job, run_job
     from tuner.storage import Store
 
@@ -89,7 +92,7 @@ def run_spectune(truth: Truth, seed: int, budget: int) -> list[Observation]:
         "surface": str(truth.surface.path.resolve()),
     }
     # The product's trial budget counts reuses too, so it may launch fewer than ``budget``.
-    data.update(seed=seed, trials=budget, name=f"{space.name}-hpo-{seed}")
+    data.update(seed=seed, trials=budget, name=f"{space.name}-hpo-{seed}", offline_pricing=offline)
     rspace = parse_space(data, base_dir=space.base_dir)
     log: list[Observation] = []
     logging.getLogger("tuner").setLevel(logging.ERROR)

@@ -117,6 +117,47 @@ class EngineProbe:
                     out.append(None)
         return out
 
+    def _prompt_ids_of(self, answer: Any) -> list[int] | None:
+        """The prompt's token ids as the engine tokenized it; None when it does not say."""
+        return None
+
+    async def token_sequences(
+        self,
+        base_url: str,
+        model: str,
+        prompts: Sequence[str],
+        max_tokens: int,
+        timeout_s: float = 120,
+        headers: dict[str, str] | None = None,
+    ) -> list[tuple[list[int], list[int]] | None]:
+        """(prompt ids, greedy output ids) of each prompt, as the engine tokenized and
+        answered it: what proposers are priced on offline. None for a prompt whose request
+        failed, and for every prompt when the engine does not return both."""
+        if self.greedy_path is None:
+            return [None for _ in prompts]
+        url = base_url.rstrip("/") + self.greedy_path
+        out: list[tuple[list[int], list[int]] | None] = []
+        async with aiohttp.ClientSession(headers=headers) as session:
+            for p in prompts:
+                body = self._ids_body(model, p, max_tokens, dict(GREEDY), 1, 0)
+                try:
+                    async with session.post(
+                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                    ) as r:
+                        if r.status != 200:
+                            out.append(None)
+                            continue
+                        answer = await r.json()
+                        got = self._ids_of(answer)
+                        prompt_ids = self._prompt_ids_of(answer)
+                        if prompt_ids is None or len(got) != 1:
+                            out.append(None)
+                            continue
+                        out.append(([int(t) for t in prompt_ids], [int(t) for t in got[0]]))
+                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError, TypeError):
+                    out.append(None)
+        return out
+
     async def greedy_token_ids(
         self,
         base_url: str,

@@ -112,5 +112,10 @@ class VLLMProbe(EngineProbe):
         choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
         return [c["token_ids"] for c in choices]
 
+    def _prompt_ids_of(self, answer: Any) -> list[int] | None:
+        choices = answer.get("choices") or []
+        ids = choices[0].get("prompt_token_ids") if len(choices) == 1 else None
+        return list(ids) if ids else None
+
     def kv_cache_tokens(self, log_text: str) -> int | None:
         return parse_kv_cache_tokens(log_text)

@@ -33,6 +33,9 @@ class Measured:
     # candidate's p-value against the baseline's.
     sampled_token_ids: list[list[list[int]] | None] | None = None
     lossless_p_value: float | None = None
+    # A baseline's prompt and greedy output ids of the workload ([prompt, output] each):
+    # what proposers are priced on offline.
+    token_sequences: list[list[list[int]]] | None = None
     reused_from: int | None = None
 
     def primary(self, space: SearchSpace) -> dict[str, Any]:

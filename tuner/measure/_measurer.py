@@ -15,7 +15,12 @@ from tuner.loadgen import LoadError
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
 from tuner.measure._distribution import Samples
 from tuner.measure._measured import Measured
-from tuner.measure._protocol import greedy_outputs, measure_all, sampled_outputs
+from tuner.measure._protocol import (
+    greedy_outputs,
+    measure_all,
+    sampled_outputs,
+    token_sequences,
+)
 from tuner.preflight import PreflightError, preflight
 from tuner.space import SearchSpace
 from tuner.workloads import Prompt
@@ -113,12 +118,19 @@ class LaunchMeasurer(Measurer):
         ids: list[list[int] | None] | None = None
         samples: Samples | None = None
         rate = p_value = None
+        seqs: list[list[list[int]]] | None = None
         try:
             with server:
                 self.on_launch(server.startup_s or 0.0, confirm)
                 kv_cache_tokens = server.kv_cache_tokens()
                 try:
                     ms = measure_all(server, self.space, self.prompts, prune)
+                    if (
+                        cfg.speculative_config is None
+                        and self.space.search == "guided"
+                        and self.space.offline_pricing
+                    ):
+                        seqs = token_sequences(server, self.space, self.prompts)
                     if lossless is not None:
                         ids = greedy_outputs(server, self.space, self.prompts)
                         samples = sampled_outputs(
@@ -167,4 +179,5 @@ class LaunchMeasurer(Measurer):
             lossless_match_rate=rate,
             sampled_token_ids=samples,
             lossless_p_value=p_value,
+            token_sequences=seqs,
         )

@@ -268,6 +268,37 @@ def greedy_outputs(
     )
 
 
+def token_sequences(
+    server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]]
+) -> list[list[list[int]]] | None:
+    """The baseline's prompt and greedy output ids of the first workload's prompts, one
+    pass (``[prompt ids, output ids, [the request's max_tokens]]`` each), ``max_tokens``
+    plus the space's largest depth long (the last round's drafts are judged too): what
+    every proposer is priced on offline. None when that workload samples (greedy outputs
+    cannot price sampled acceptance) or the engine does not return ids."""
+    wl = space.all_workloads[0]
+    if not wl.sampling.greedy:
+        return None
+    depth = max(
+        (getattr(space.methods, m).num_speculative_tokens.max for m in space.methods.enabled()),
+        default=0,
+    )
+    chosen = prompts[wl.name][: wl.num_prompts]
+    limits = [p.max_tokens or wl.max_tokens for p in chosen]
+    got = asyncio.run(
+        server.probe.token_sequences(
+            server.base_url,
+            space.engine.served_model_name,
+            [p.prompt for p in chosen],
+            max(limits, default=wl.max_tokens) + depth,
+            timeout_s=wl.request_timeout_s,
+            headers=server.headers,
+        )
+    )
+    seqs = [[g[0], g[1], [n]] for g, n in zip(got, limits, strict=True) if g is not None]
+    return seqs or None
+
+
 def sampled_outputs(
     server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]], *, baseline: bool
 ) -> Samples | None:

@@ -33,7 +33,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DepthPoint", "Prediction", "fixed_share_of", "predict_depth", "tau"]
+__all__ = [
+    "DepthPoint",
+    "Prediction",
+    "fixed_share_of",
+    "predict_depth",
+    "predict_from_baseline",
+    "step_ms",
+    "tau",
+]
 
 Level = tuple[str, int]
 
@@ -82,7 +90,7 @@ def _tau_of(p: DepthPoint) -> float:
     return float(mal) if mal else tau(p.per_position, p.depth)
 
 
-def _step_ms(p: DepthPoint) -> float | None:
+def step_ms(p: DepthPoint) -> float | None:
     """A decode step: the mean gap between streamed chunks (one chunk per step carries
     every token the step committed), else tau * TPOT."""
     itl = p.metrics.get("mean_itl_ms")
@@ -127,14 +135,14 @@ def predict_depth(
     acceptance reaching k, or no step cost at two depths). ``fixed_share``: the share of
     a step's extra cost that does not grow with depth, as measured on another proposer of
     the same method in this job (``fixed_share_of``); without it the share is bracketed."""
-    spec = [p for p in launched if p.depth > 0 and _step_ms(p) is not None]
+    spec = [p for p in launched if p.depth > 0 and step_ms(p) is not None]
     deep = [p for p in spec if len(p.per_position) >= k]
     if k < 1 or not deep:
         return None
     acc = max(deep, key=lambda p: (p.depth, p.trial))
     anchor = min(spec, key=lambda p: (abs(p.depth - k), -p.trial))
-    s_a = _step_ms(anchor) or 0.0
-    pts = [(p.depth, s) for p in spec if (s := _step_ms(p)) is not None]
+    s_a = step_ms(anchor) or 0.0
+    pts = [(p.depth, s) for p in spec if (s := step_ms(p)) is not None]
     if len({d for d, _ in pts}) >= 2:
         fit = _line(pts)
         if fit is None or s_a <= 0:
@@ -144,7 +152,7 @@ def predict_depth(
         out = _scaled(anchor, acc.per_position, k, s_k, s_a)
         spread = 0.01 * abs(k - anchor.depth)
         how = "linear in k, least squares over the launched depths"
-    elif baseline is not None and (s0 := _step_ms(baseline)) is not None and s_a > 0:
+    elif baseline is not None and (s0 := step_ms(baseline)) is not None and s_a > 0:
         # One launched depth K: the extra cost of a step, s_K - s_0, splits into a part per
         # drafted token and a fixed part (proposer, rejection sampler). Both are >= 0, so
         # s(k) lies between the all-per-token line through the baseline and the all-fixed
@@ -181,8 +189,8 @@ def predict_depth(
 def fixed_share_of(launched: Sequence[DepthPoint], baseline: DepthPoint | None) -> float | None:
     """The share of a step's extra cost (over the baseline's) that does not grow with depth,
     from a proposer launched at two depths or more; None when it cannot be told."""
-    pts = [(p.depth, s) for p in launched if p.depth > 0 and (s := _step_ms(p)) is not None]
-    s0 = _step_ms(baseline) if baseline is not None else None
+    pts = [(p.depth, s) for p in launched if p.depth > 0 and (s := step_ms(p)) is not None]
+    s0 = step_ms(baseline) if baseline is not None else None
     fit = _line(pts)
     if fit is None or s0 is None:
         return None
@@ -202,7 +210,7 @@ def _scaled(
     m = anchor.metrics
     tpot_a = float(m.get("mean_tpot_ms") or s_a / tau_a)
     # What a token waits besides its own step (other requests' prefills) does not scale.
-    other = max(0.0, tpot_a - (_step_ms(anchor) or s_a) / _tau_of(anchor))
+    other = max(0.0, tpot_a - (step_ms(anchor) or s_a) / _tau_of(anchor))
     r_tpot = (other + s_k / tau_k) / (other + s_a / tau_a)
     ttft, e2e = m.get("mean_ttft_ms"), m.get("mean_e2e_ms")
     r_e2e = r_tpot
@@ -226,3 +234,29 @@ def _scaled(
     out["mean_acceptance_length"] = tau_k
     out["acceptance_rate"] = (tau_k - 1.0) / k
     return out
+
+
+def predict_from_baseline(
+    k: int,
+    per_position: Sequence[float],
+    baseline: DepthPoint,
+    objective: str,
+    fixed: float,
+    per_token: float,
+    rel_sigma: float,
+) -> Prediction | None:
+    """Depth ``k`` of a proposer not launched yet: the baseline's metrics moved by an
+    offline acceptance (``per_position``) and a step cost s(k) = s0 * (1 + fixed +
+    per_token * k); None without a baseline step or positions reaching k."""
+    s0 = step_ms(baseline)
+    if s0 is None or k < 1 or len(per_position) < k:
+        return None
+    out = _scaled(baseline, per_position, k, s0 * (1.0 + fixed + per_token * k), s0)
+    if objective not in out:
+        return None
+    sigma = _rel_ci(baseline.metrics, objective) + rel_sigma
+    notes = (
+        "tau from offline acceptance on the baseline's greedy outputs",
+        f"scaled from baseline trial {baseline.trial}",
+    )
+    return Prediction(k, out, sigma, (baseline.trial,), baseline.trial, notes)

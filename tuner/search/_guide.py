@@ -25,17 +25,28 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from tuner.candidates import grid_configs
+from tuner.offline import OfflinePrices
 from tuner.pareto import feasible, lossless_rules
 from tuner.search._classes import memory_family
 from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
+from tuner.search._layout import (
+    MEASURED,
+    Layout,
+    Proposal,
+    baseline_for,
+    calibration,
+    config_key,
+    family_key,
+    primary,
+)
+from tuner.search._offline import ACCEPTANCE_MARGIN, offline_predictions, proposer_name
 from tuner.search._predicted import PredictedPoint
 from tuner.space import SearchSpace
-from tuner.storage import TrialState, search_launch
+from tuner.storage import TrialState
 
 __all__ = [
     "Proposal",
@@ -47,47 +58,8 @@ __all__ = [
     "propose",
 ]
 
+
 _PRIOR = ("eagle3", "eagle", "mtp", "draft_model", "ngram")
-_MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)  # a launch that measured its first point
-_FREE = ("num_speculative_tokens", "max_num_seqs", "memory_fraction")
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """One configuration the guide wants launched next (a trial's plain ``params``)."""
-
-    params: dict[str, Any]
-    by: str  # "guide: scan" or "guide: depth"
-    why: str
-    predicted: dict[str, Any] | None = None
-
-
-def family_key(params: dict[str, Any]) -> str:
-    """A proposer: everything but depth, batch size and memory share."""
-    return json.dumps({k: v for k, v in params.items() if k not in _FREE}, sort_keys=True)
-
-
-def _key(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True)
-
-
-def _primary(row: Any, level: tuple[str, int]) -> dict[str, Any] | None:
-    for m in row.measurements:
-        if (m.workload, m.concurrency) == level:
-            return dict(m.metrics)
-    return None
-
-
-def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
-    """The median relative error of this job's earlier predictions of ``metric``."""
-    errs = []
-    for r in rows:
-        pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
-        m = _primary(r, level) if r.state == TrialState.COMPLETE else None
-        m = search_launch(m) if m else None
-        if pred and m and m.get(metric):
-            errs.append(abs(float(m[metric]) - pred) / abs(pred))
-    return min(0.5, statistics.median(errs)) if errs else 0.0
 
 
 def propose(
@@ -95,6 +67,7 @@ def propose(
     rows: Sequence[Any],
     memory_for: Callable[[dict[str, Any]], float],
     grid: Sequence[dict[str, Any]] | None = None,
+    prices: OfflinePrices | None = None,
 ) -> Proposal | None:
     """The next launch, or None to leave it to the sampler.
 
@@ -106,8 +79,8 @@ def propose(
     sign = 1.0 if space.objectives[0].resolved_direction == "maximize" else -1.0
     limits = space.slo.limits()
     rules = lossless_rules(space)
-    launched = [r for r in rows if r.reused_from is None and r.state in _MEASURED]
-    lay = _Layout.of(space, rows, memory_for, grid)
+    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
+    lay = Layout.of(space, rows, memory_for, grid)
 
     # A proposer counts as scanned once its largest depth ran or runs (a start point at a
     # smaller depth prices only the depths below it), or once it failed.
@@ -115,12 +88,14 @@ def propose(
         fk: lay.place(max(ms, key=lambda c: c["num_speculative_tokens"]))
         for fk, ms in lay.families.items()
     }
-    tried = {fk for fk, c in deepest.items() if _key(c) in lay.taken}
+    tried = {fk for fk, c in deepest.items() if config_key(c) in lay.taken}
     tried |= {family_key(r.params) for r in rows if r.state == TrialState.FAIL}
+    priced = set(prices.by_proposer) if prices is not None else set()
+    tried |= priced  # priced proposers are launched by their prediction, not scanned
 
     incumbent: float | None = None
     for r in launched:
-        m = _primary(r, level)
+        m = primary(r, level)
         if r.state != TrialState.COMPLETE or m is None or m.get(metric) is None:
             continue
         ok, _ = feasible(
@@ -137,7 +112,7 @@ def propose(
     # larger is better).
     potential: dict[str, float] = {}
     for r in launched:
-        m = _primary(r, level)
+        m = primary(r, level)
         if m is not None and m.get(metric) is not None:
             name, v = r.params["method"], sign * float(m[metric])
             potential[name] = max(v, potential.get(name, v))
@@ -151,6 +126,35 @@ def propose(
             best = (v, _depth_proposal(cand, pred, metric, level, incumbent))
 
     inc = None if incumbent is None else sign * incumbent
+    modelled_best = None if best is None else best[0]
+    methods_launched = {r.params.get("method") for r in launched}
+    skipped: list[str] = []
+    offline_best: tuple[float, Proposal] | None = None
+    explore: tuple[float, Proposal] | None = None
+    modelled = {config_key(c) for c, _ in depth_predictions(space, rows, lay)}
+    for cand, pred, optimistic in offline_predictions(space, rows, lay, prices, modelled):
+        if not feasible(pred.metrics, limits)[0]:
+            continue
+        v, v_hi = sign * pred.metrics[metric], sign * optimistic.metrics[metric]
+        if inc is not None and v_hi <= inc:
+            skipped.append(
+                f"{proposer_name(cand)}: even with no overhead but its own and acceptance "
+                f"+{ACCEPTANCE_MARGIN:g} a position, {metric} "
+                f"{optimistic.metrics[metric]:.4g} cannot beat the incumbent {incumbent:.4g}"
+            )
+            continue
+        potential[cand["method"]] = max(v, potential.get(cand["method"], v))
+        prop = replace(_depth_proposal(cand, pred, metric, level, incumbent), by="guide: offline")
+        if offline_best is None or v > offline_best[0]:
+            offline_best = (v, prop)
+        # A method not launched yet whose optimism beats everything predicted so far: its
+        # step cost is a guess until one launch of it measures it.
+        new = cand["method"] not in methods_launched
+        if new and (modelled_best is None or v_hi > modelled_best):
+            if explore is None or v > explore[0]:
+                explore = (v, prop)
+    if offline_best is not None and (best is None or offline_best[0] > best[0]):
+        best = offline_best
     scan, hopeless = _next_scan(lay, tried, potential, inc)
     confident = hopeful = None
     if best is not None:
@@ -160,19 +164,28 @@ def propose(
             confident = prop
         elif value + abs(value) * sigma > inc:
             hopeful = prop
-    # A confident gain first; then the proposers not scanned yet whose method can still win;
-    # then a hopeful gain; the members of methods that cannot win last.
-    return confident or scan or hopeful or hopeless
+    # A method priced offline but never launched whose optimism beats every prediction
+    # first (its best predicted depth); a confident gain; a priced proposer predicted to
+    # beat the incumbent; the proposers not scanned yet whose method can still win; a
+    # hopeful gain; the members of methods that cannot win last.
+    gain = None
+    if offline_best is not None and (inc is None or offline_best[0] > inc):
+        gain = offline_best[1]
+    first = explore[1] if explore is not None else None
+    out = first or confident or gain or scan or hopeful or hopeless
+    if out is not None and skipped:
+        out = replace(out, skipped=tuple(skipped))
+    return out
 
 
 def depth_predictions(
-    space: SearchSpace, rows: Sequence[Any], lay: _Layout
+    space: SearchSpace, rows: Sequence[Any], lay: Layout
 ) -> list[tuple[dict[str, Any], Prediction]]:
     """(configuration, prediction at the objective point) of every unlaunched depth of
     every proposer launched at least once."""
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
-    launched = [r for r in rows if r.reused_from is None and r.state in _MEASURED]
+    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
     cal = calibration(rows, metric, level)
     families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
@@ -182,14 +195,14 @@ def depth_predictions(
         target = members[0].get("target")
         pts, bases = [], []
         for r in launched:
-            m = _primary(r, level)
+            m = primary(r, level)
             if m is None:
                 continue
             if r.params.get("method") == "none" and r.params.get("target") == target:
                 bases.append((r, DepthPoint(r.number, 0, m)))
             elif family_key(r.params) == fk:
                 pts.append(DepthPoint(r.number, int(r.params["num_speculative_tokens"]), m))
-        per_family[fk] = (pts, _baseline_for(bases, lay.place(members[0])))
+        per_family[fk] = (pts, baseline_for(bases, lay.place(members[0])))
     # What a proposer launched at two depths says of its method's fixed cost per step.
     shares: dict[str, list[float]] = {}
     for fk, (pts, base) in per_family.items():
@@ -204,25 +217,13 @@ def depth_predictions(
         for c in families[fk]:
             k = int(c["num_speculative_tokens"])
             cand = lay.place(c)
-            if k in depths or _key(cand) in seen:
+            if k in depths or config_key(cand) in seen:
                 continue
-            seen.add(_key(cand))
+            seen.add(config_key(cand))
             pred = predict_depth(k, pts, base, metric, calibration=cal, fixed_share=phi)
             if pred is not None and metric in pred.metrics:
                 out.append((cand, pred))
     return out
-
-
-def _baseline_for(bases: list[tuple[Any, DepthPoint]], where: dict[str, Any]) -> DepthPoint | None:
-    """The baseline launch to price depth 0 with: the one at the proposer's batch size and
-    memory share, else the one with the largest KV cache (a baseline short of KV cache
-    preempts, and its step time would say nothing about the proposer's)."""
-    for r, p in bases:
-        if all(r.params.get(k) == where.get(k) for k in ("max_num_seqs", "memory_fraction")):
-            return p
-    if not bases:
-        return None
-    return max(bases, key=lambda b: (b[0].kv_cache_tokens or 0, -b[1].trial))[1]
 
 
 def predicted_points(
@@ -234,40 +235,8 @@ def predicted_points(
     """What the depth model predicts for every unlaunched depth of the launched proposers,
     at the objective point (for people to see, drawn apart from measurements)."""
     point = (space.primary_workload, space.primary_concurrency)
-    lay = _Layout.of(space, rows, memory_for, grid)
+    lay = Layout.of(space, rows, memory_for, grid)
     return [PredictedPoint.of(c, p, point) for c, p in depth_predictions(space, rows, lay)]
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """The space's proposers and what the job took of them, read once per proposal."""
-
-    families: dict[str, list[dict[str, Any]]]  # proposer -> its configurations in the grid
-    started: set[str]  # proposers with at least one trial
-    taken: set[str]  # configurations that ran, run or failed (the store has no waiting row)
-    max_num_seqs: int
-    memory_for: Callable[[dict[str, Any]], float]
-
-    @classmethod
-    def of(
-        cls,
-        space: SearchSpace,
-        rows: Sequence[Any],
-        memory_for: Callable[[dict[str, Any]], float],
-        grid: Sequence[dict[str, Any]] | None,
-    ) -> _Layout:
-        families: dict[str, list[dict[str, Any]]] = {}
-        for c in grid if grid is not None else grid_configs(space):
-            if c["method"] != "none":
-                families.setdefault(family_key(c), []).append(c)
-        started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
-        taken = {_key(r.params) for r in rows}
-        return cls(families, started, taken, space.max_num_seqs[0], memory_for)
-
-    def place(self, c: dict[str, Any]) -> dict[str, Any]:
-        """Where the guide launches ``c``: its class's member (smallest batch size, the
-        family's memory share)."""
-        return {**c, "max_num_seqs": self.max_num_seqs, "memory_fraction": self.memory_for(c)}
 
 
 def _depth_proposal(
@@ -287,7 +256,7 @@ def _depth_proposal(
 
 
 def _next_scan(
-    lay: _Layout,
+    lay: Layout,
     tried: set[str],
     potential: dict[str, float],
     incumbent: float | None,
@@ -312,7 +281,7 @@ def _next_scan(
     for fk in sorted((fk for fk in families if fk not in tried), key=rank):
         deepest = max(families[fk], key=lambda c: c["num_speculative_tokens"])
         cand = lay.place(deepest)
-        if _key(cand) in lay.taken:
+        if config_key(cand) in lay.taken:
             continue
         k = deepest["num_speculative_tokens"]
         method = deepest["method"]

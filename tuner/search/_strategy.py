@@ -25,8 +25,10 @@ import optuna
 from tuner.candidates import config_to_params, grid_configs, grid_params, params_to_config
 from tuner.context import JobContext
 from tuner.measure import load_all_prompts
+from tuner.offline import OfflinePrices
 from tuner.search._classes import canonical, kv_need_tokens
 from tuner.search._guide import Proposal, family_key, predicted_points, propose
+from tuner.search._offline import offline_prices
 from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, objective_points
 from tuner.search._snapshot import JobTrials
@@ -50,6 +52,7 @@ class SearchStrategy:
         self.start = StartPoints(ctx)
         self.pruner = DominancePruner(self.space)
         self.trials = JobTrials(self.store, self.job_id, self.space, lambda: self.need_tokens)
+        self._prices: OfflinePrices | None = None
 
     @functools.cached_property
     def need_tokens(self) -> int | None:
@@ -82,15 +85,54 @@ class SearchStrategy:
         if waiting:
             return None  # start points and neighbours first
         snap = self.trials.current()
-        prop = propose(self.space, snap.rows, snap.memory, self.grid)
+        prop = propose(self.space, snap.rows, snap.memory, self.grid, self.prices())
         if prop is None:
             return None
         d = config_to_params(prop.params, self.space)
         if d is None:
             return None
         note = {"by": prop.by, "why": prop.why, "predicted": prop.predicted}
+        if prop.skipped:
+            note["skipped"] = list(prop.skipped)
         study.enqueue_trial(d, user_attrs={GUIDE_ATTR: note})
         return prop
+
+    def prices(self) -> OfflinePrices | None:
+        """Offline acceptance of every proposer of the space, once a baseline's outputs are
+        stored (computed once per job and process; ``tuner.search._offline``)."""
+        if self.space.search != "guided" or not self.space.offline_pricing:
+            return None
+        if self._prices is None:
+            deepest: dict[str, dict[str, Any]] = {}
+            for c in self.grid:
+                if c["method"] == "none":
+                    continue
+                fk = family_key(c)
+                if c["num_speculative_tokens"] >= deepest.get(fk, {}).get(
+                    "num_speculative_tokens", 0
+                ):
+                    deepest[fk] = c
+            self._prices = offline_prices(self.space, self.trials.current().rows, deepest)
+        return self._prices
+
+    def offline_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The offline acceptance of a configuration about to launch, as stored beside it
+        (``search["offline"]``): a prediction made before the launch, never a measurement."""
+        prices = self.prices()
+        if prices is None or params.get("method") in (None, "none"):
+            return None
+        fk, k = family_key(params), int(params.get("num_speculative_tokens") or 0)
+        acc = prices.get(fk, k)
+        if acc is None:
+            why = prices.unpriced.get(fk)
+            return {"unpriced": why} if why else None
+        return {
+            "acceptance_rate": round(acc.acceptance_rate, 4),
+            "mean_acceptance_length": round(acc.mean_acceptance_length, 4),
+            "per_position_acceptance": [round(a, 4) for a in acc.per_position_acceptance],
+            "basis": prices.basis,
+            "seconds": round(prices.seconds, 3),
+        }
 
     def predictions(self) -> list[PredictedPoint]:
         """The depth model's predictions for every unlaunched depth of the launched

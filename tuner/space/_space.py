@@ -268,6 +268,12 @@ class SearchSpace(StrictModel):
         "depth next, batch size and memory collapsed into classes; sampler: Optuna's TPE "
         "alone, every axis launched as proposed.",
     )
+    offline_pricing: bool = Field(
+        True,
+        description="guided search: price every n-gram and draft-model proposer on the "
+        "baseline's greedy outputs before launching it (tuner/offline), launch in the order "
+        "of the predicted speed, and skip those whose optimistic prediction cannot win.",
+    )
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="Optuna's sampler seed (0 to 2**32-1)"
     )

@@ -112,6 +112,9 @@ class TrialModel(Base):
     # candidate's p-value against the baseline's.
     sampled_token_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     lossless_p_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # A baseline's prompt and greedy output token ids of the workload (v0.7.0.a): what
+    # every proposer is priced on before its launch ([[prompt ids], [output ids]] each).
+    token_sequences: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

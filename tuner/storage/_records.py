@@ -117,8 +117,10 @@ class TrialRecord(BaseModel):
     search: dict[str, Any] | None = Field(
         None,
         description="how the search proposed it: by (start, guide: scan, guide: depth, "
-        "sampler, neighbour), why, predicted (a prediction made before the launch, never a "
-        "measurement) and class (what was proposed, when launched as its class's member)",
+        "sampler, neighbour, guide: offline), why, predicted (a prediction made before the "
+        "launch, never a measurement), offline (acceptance priced on the baseline's outputs "
+        "before the launch), skipped (proposers not launched, and why) and class (what was "
+        "proposed, when launched as its class's member)",
     )
 
     @field_validator("search")
@@ -137,6 +139,19 @@ class TrialRecord(BaseModel):
         if not v or got is None or self.state not in (TrialState.COMPLETE, TrialState.PRUNED):
             return None
         return 100.0 * (float(got) - float(v)) / float(v)
+
+    @computed_field(
+        description="acceptance rate predicted before the launch from the baseline's greedy "
+        "outputs (offline pricing); a prediction, never a measurement"
+    )
+    def offline_acceptance_rate(self) -> float | None:
+        v = ((self.search or {}).get("offline") or {}).get("acceptance_rate")
+        return None if v is None else float(v)
+
+    @computed_field(description="per-position acceptance predicted before the launch")
+    def offline_per_position_acceptance(self) -> list[float] | None:
+        v = ((self.search or {}).get("offline") or {}).get("per_position_acceptance")
+        return None if v is None else [float(x) for x in v]
 
     def flat(self) -> dict[str, Any]:
         """The record with the objective point's metrics at the top level (``--json``)."""

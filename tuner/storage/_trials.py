@@ -113,6 +113,7 @@ class TrialQueries:
                 "lossless_match_rate",
                 "sampled_token_ids",
                 "lossless_p_value",
+                "token_sequences",
             ):
                 setattr(row, key, extra.get(key))
             row.state = state

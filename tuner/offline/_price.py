@@ -1,0 +1,127 @@
+"""Every proposer of a space priced from the baseline's greedy outputs, at every depth.
+
+What is priced: n-gram lookups (vLLM's rule replayed, exact for greedy traffic) and draft
+models (one teacher-forced forward each). Not yet: EAGLE, EAGLE-3 and MTP heads, whose
+guesses need the target's hidden states from a forward of the target; they are launched to
+learn their acceptance, as before, and say why. Sampled traffic is not priced: acceptance
+under sampling needs the target's probabilities of each guess, which greedy outputs do not
+carry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.offline._draft import DraftGuesses
+from tuner.offline._ngram import ngram_propose
+from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
+
+__all__ = ["OfflinePrices", "price_proposers"]
+
+UNPRICED_HEADS = (
+    "not priced offline: an EAGLE, EAGLE-3 or MTP head's guesses need the target's hidden "
+    "states, which SpecTune does not compute yet; its launch measures its acceptance"
+)
+
+
+@dataclass(frozen=True)
+class OfflinePrices:
+    """Offline acceptance per proposer (a caller's key) and depth, and why others are not
+    priced. Predictions from the baseline's outputs, never measurements."""
+
+    by_proposer: dict[str, dict[int, OfflineAcceptance]] = field(default_factory=dict)
+    unpriced: dict[str, str] = field(default_factory=dict)
+    basis: str = ""  # what they were computed from, in words
+    seconds: float = 0.0
+    # A proposer model's size over the target's, where the table says it (a replayed
+    # surface; a launching job reads the models' config.json instead).
+    size_ratio: dict[str, float] = field(default_factory=dict)
+
+    def get(self, key: str, depth: int) -> OfflineAcceptance | None:
+        return self.by_proposer.get(key, {}).get(depth)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "by_proposer": {
+                key: {
+                    str(k): {
+                        "per_position_acceptance": list(a.per_position_acceptance),
+                        "num_drafts": a.num_drafts,
+                        "num_draft_tokens": a.num_draft_tokens,
+                        "num_accepted_tokens": a.num_accepted_tokens,
+                    }
+                    for k, a in depths.items()
+                }
+                for key, depths in self.by_proposer.items()
+            },
+            "unpriced": dict(self.unpriced),
+            "size_ratio": dict(self.size_ratio),
+            "basis": self.basis,
+            "seconds": round(self.seconds, 3),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OfflinePrices:
+        by: dict[str, dict[int, OfflineAcceptance]] = {}
+        for key, depths in (d.get("by_proposer") or {}).items():
+            by[key] = {}
+            for k, a in depths.items():
+                pp = tuple(float(x) for x in a["per_position_acceptance"])
+                drafts = int(a.get("num_drafts") or 0)
+                drafted = int(a.get("num_draft_tokens") or drafts * int(k))
+                acc = int(a.get("num_accepted_tokens") or round(sum(pp) * drafts))
+                by[key][int(k)] = OfflineAcceptance(int(k), pp, drafts, drafted, acc)
+        return cls(
+            by,
+            dict(d.get("unpriced") or {}),
+            str(d.get("basis") or ""),
+            float(d.get("seconds") or 0),
+            {k: float(v) for k, v in (d.get("size_ratio") or {}).items()},
+        )
+
+
+def price_proposers(
+    proposers: Mapping[str, Mapping[str, Any]],
+    seqs: Sequence[TokenSequence],
+    max_tokens: int,
+    *,
+    resolve: Callable[[str], str] = str,
+    max_model_len: int | None = None,
+    device: str = "cpu",
+) -> OfflinePrices:
+    """``proposers``: key -> a configuration at the proposer's largest depth (method,
+    draft, prompt_lookup_min/max, num_speculative_tokens); every depth up to it is priced."""
+    t0 = time.monotonic()
+    by: dict[str, dict[int, OfflineAcceptance]] = {}
+    unpriced: dict[str, str] = {}
+    drafts: dict[str, DraftGuesses] = {}
+    for key, c in proposers.items():
+        method, top = c.get("method"), int(c.get("num_speculative_tokens") or 0)
+        if not seqs:
+            unpriced[key] = "not priced offline: the baseline returned no token ids"
+            continue
+        if method == "ngram":
+            lo, hi = int(c["prompt_lookup_min"]), int(c["prompt_lookup_max"])
+
+            def propose(n: int, full: tuple[int, ...], ctx: int, k: int, lo=lo, hi=hi):
+                return ngram_propose(full[:ctx], k, lo, hi, max_model_len)
+
+        elif method == "draft_model" and c.get("draft"):
+            path = resolve(str(c["draft"]))
+            if path not in drafts:
+                try:
+                    drafts[path] = DraftGuesses(path, seqs, device)
+                except (OSError, ValueError, RuntimeError) as e:
+                    unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
+                    continue
+            propose = drafts[path].propose
+        else:
+            unpriced[key] = UNPRICED_HEADS
+            continue
+        by[key] = {k: replay_rounds(seqs, k, max_tokens, propose) for k in range(1, top + 1)}
+    tokens = sum(len(s.output) for s in seqs)
+    basis = f"{len(seqs)} greedy baseline outputs ({tokens} tokens)"
+    return OfflinePrices(by, unpriced, basis, time.monotonic() - t0)

@@ -1,0 +1,112 @@
+"""What the guide reads of a job, shared by its parts: proposals, proposer families, the
+job's layout of configurations, the baseline a proposer is priced against."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.candidates import grid_configs
+from tuner.search._depth import DepthPoint
+from tuner.space import SearchSpace
+from tuner.storage import TrialState, search_launch
+
+__all__ = [
+    "MEASURED",
+    "Layout",
+    "Proposal",
+    "baseline_for",
+    "calibration",
+    "config_key",
+    "family_key",
+    "primary",
+]
+
+MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)  # a launch that measured its first point
+FREE = ("num_speculative_tokens", "max_num_seqs", "memory_fraction")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One configuration the guide wants launched next (a trial's plain ``params``)."""
+
+    params: dict[str, Any]
+    by: str  # "guide: scan" or "guide: depth"
+    why: str
+    predicted: dict[str, Any] | None = None
+    skipped: tuple[str, ...] = ()  # proposers not launched: their optimism cannot win
+
+
+def family_key(params: dict[str, Any]) -> str:
+    """A proposer: everything but depth, batch size and memory share."""
+    return json.dumps({k: v for k, v in params.items() if k not in FREE}, sort_keys=True)
+
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def primary(row: Any, level: tuple[str, int]) -> dict[str, Any] | None:
+    for m in row.measurements:
+        if (m.workload, m.concurrency) == level:
+            return dict(m.metrics)
+    return None
+
+
+def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
+    """The median relative error of this job's earlier predictions of ``metric``."""
+    errs = []
+    for r in rows:
+        pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
+        m = primary(r, level) if r.state == TrialState.COMPLETE else None
+        m = search_launch(m) if m else None
+        if pred and m and m.get(metric):
+            errs.append(abs(float(m[metric]) - pred) / abs(pred))
+    return min(0.5, statistics.median(errs)) if errs else 0.0
+
+
+def baseline_for(bases: list[tuple[Any, DepthPoint]], where: dict[str, Any]) -> DepthPoint | None:
+    """The baseline launch to price depth 0 with: the one at the proposer's batch size and
+    memory share, else the one with the largest KV cache (a baseline short of KV cache
+    preempts, and its step time would say nothing about the proposer's)."""
+    for r, p in bases:
+        if all(r.params.get(k) == where.get(k) for k in ("max_num_seqs", "memory_fraction")):
+            return p
+    if not bases:
+        return None
+    return max(bases, key=lambda b: (b[0].kv_cache_tokens or 0, -b[1].trial))[1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The space's proposers and what the job took of them, read once per proposal."""
+
+    families: dict[str, list[dict[str, Any]]]  # proposer -> its configurations in the grid
+    started: set[str]  # proposers with at least one trial
+    taken: set[str]  # configurations that ran, run or failed (the store has no waiting row)
+    max_num_seqs: int
+    memory_for: Callable[[dict[str, Any]], float]
+
+    @classmethod
+    def of(
+        cls,
+        space: SearchSpace,
+        rows: Sequence[Any],
+        memory_for: Callable[[dict[str, Any]], float],
+        grid: Sequence[dict[str, Any]] | None,
+    ) -> Layout:
+        families: dict[str, list[dict[str, Any]]] = {}
+        for c in grid if grid is not None else grid_configs(space):
+            if c["method"] != "none":
+                families.setdefault(family_key(c), []).append(c)
+        started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
+        taken = {config_key(r.params) for r in rows}
+        return cls(families, started, taken, space.max_num_seqs[0], memory_for)
+
+    def place(self, c: dict[str, Any]) -> dict[str, Any]:
+        """Where the guide launches ``c``: its class's member (smallest batch size, the
+        family's memory share)."""
+        return {**c, "max_num_seqs": self.max_num_seqs, "memory_fraction": self.memory_for(c)}

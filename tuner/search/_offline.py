@@ -1,0 +1,253 @@
+"""Offline acceptance in the guided search: every proposer priced before its launch.
+
+Where the prices come from: the baseline's stored prompt and greedy output ids
+(``token_sequences`` on its trial row), replayed through each proposer (``tuner.offline``);
+for a replayed job (``engine.kind: replay``), the surface's own ``offline_acceptance``.
+
+What a price becomes: offline tau(k) times a step-cost model gives a predicted first
+objective for every depth of every priced proposer from the baseline alone. A step costs
+s(k) = s0 * (1 + f + c*k): f and c are learned from this job's launches of the same method
+(least squares over its launched depths; one depth splits its extra cost evenly), else from
+any launched method for c's verify part, else a prior (c = 0.05 per drafted token plus the
+proposer's size relative to the target's for a model, f = 0), with a band that says so.
+The optimistic value takes no overhead at all and the offline error's margin on every
+position: a proposer whose optimistic value cannot beat the incumbent is not launched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.offline import OfflinePrices, TokenSequence, price_proposers
+from tuner.search._depth import DepthPoint, Prediction, predict_from_baseline, step_ms
+from tuner.search._layout import (
+    MEASURED,
+    Layout,
+    baseline_for,
+    calibration,
+    config_key,
+    family_key,
+    primary,
+)
+from tuner.space import SearchSpace
+
+__all__ = [
+    "ACCEPTANCE_MARGIN",
+    "StepCost",
+    "offline_prediction",
+    "offline_predictions",
+    "offline_prices",
+    "proposer_name",
+    "step_costs",
+]
+
+# Offline minus engine per-position acceptance on the tiny pair was -0.04..+0.02
+# (bench/offline_acceptance.py): the optimistic value adds this on every position.
+ACCEPTANCE_MARGIN = 0.04
+_VERIFY_PER_TOKEN = 0.05  # prior share of a step per drafted token verified
+_PRIOR_SIGMA = 0.5  # relative band of a prediction on the prior cost alone
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """s(k) / s0 = 1 + fixed + per_token * k, and how sure it is (relative band)."""
+
+    fixed: float
+    per_token: float
+    rel_sigma: float
+    how: str
+
+
+def offline_prices(
+    space: SearchSpace, rows: Sequence[Any], proposers: dict[str, dict[str, Any]]
+) -> OfflinePrices | None:
+    """Prices of ``proposers`` (family key -> its deepest configuration), from the first
+    baseline row with token sequences, or from a replayed surface; None without either."""
+    if not space.offline_pricing:
+        return None
+    if space.engine.kind == "replay":
+        return _surface_prices(space)
+    target = space.resolve(space.engine.model)
+    for r in sorted(rows, key=lambda r: r.number):
+        seqs = getattr(r, "token_sequences", None)
+        if r.params.get("method") == "none" and seqs and r.params.get("target") in (None, target):
+            own = {k: c for k, c in proposers.items() if c.get("target") in (None, target)}
+            ts = [TokenSequence.from_stored(s) for s in seqs]
+            wl = space.all_workloads[0]
+            p = price_proposers(
+                own,
+                ts,
+                wl.max_tokens,
+                resolve=space.resolve,
+                max_model_len=space.engine.max_model_len,
+                device="cuda" if space.engine.device == "cuda" else "cpu",
+            )
+            return OfflinePrices(
+                p.by_proposer, p.unpriced, f"{p.basis} of trial {r.number}", p.seconds
+            )
+    return None
+
+
+def _surface_prices(space: SearchSpace) -> OfflinePrices | None:
+    path = Path(space.resolve(space.engine.surface or ""))
+    try:
+        with path.open(encoding="utf-8") as f:
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    table = header.get("offline_acceptance") if isinstance(header, dict) else None
+    return OfflinePrices.from_json(table) if isinstance(table, dict) else None
+
+
+def _size_ratio(space: SearchSpace, c: dict[str, Any]) -> float | None:
+    """A proposer model's parameters over the target's, from their config.json files."""
+    path = c.get("draft") or c.get("head")
+    if not path:
+        return None
+    try:
+        mine = _params(Path(space.resolve(str(path))))
+        theirs = _params(Path(space.resolve(c.get("target") or space.engine.model)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return mine / theirs if theirs else None
+
+
+def _params(model_dir: Path) -> float:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    h, n = cfg["hidden_size"], cfg.get("num_hidden_layers", 1)
+    inter = cfg.get("intermediate_size", 4 * h)
+    return n * (4 * h * h + 3 * h * inter) + cfg.get("vocab_size", 0) * h
+
+
+def step_costs(
+    space: SearchSpace,
+    launched: Sequence[tuple[dict[str, Any], DepthPoint]],
+    baseline: DepthPoint | None,
+    c: dict[str, Any],
+    sizes: Mapping[str, float] | None = None,
+) -> StepCost:
+    """The step-cost model for proposer ``c`` from ``launched`` (params, depth point) of
+    this job on the same target, at the objective level. A step's extra cost per drafted
+    token is the verify part (shared by every method) plus the proposer model's own share
+    (its size over the target's: 0 for an n-gram lookup)."""
+    s0 = step_ms(baseline) if baseline is not None else None
+    extra: dict[str, list[tuple[int, float]]] = {}
+    verify: list[float] = []
+    if s0:
+        for p, pt in launched:
+            if (s := step_ms(pt)) is not None and pt.depth > 0:
+                e = s / s0 - 1.0
+                extra.setdefault(p["method"], []).append((pt.depth, e))
+                verify.append(max(0.0, e / pt.depth - proposer_share(space, p, sizes)))
+    own = extra.get(c["method"], [])
+    if len({d for d, _ in own}) >= 2:
+        n = len(own)
+        md, me = sum(d for d, _ in own) / n, sum(e for _, e in own) / n
+        b = sum((d - md) * (e - me) for d, e in own) / sum((d - md) ** 2 for d, _ in own)
+        b = max(0.0, b)
+        return StepCost(max(0.0, me - b * md), b, 0.1, "learned from its method's depths")
+    if own:
+        d, e = max(own)
+        e = max(0.0, e)
+        return StepCost(e / 2, e / (2 * d), 0.25, "its method's one launched depth, split")
+    per = (min(verify) if verify else _VERIFY_PER_TOKEN) + proposer_share(space, c, sizes)
+    how = "verify cost from other methods' launches" if verify else "prior"
+    return StepCost(0.0, per, _PRIOR_SIGMA, how)
+
+
+def proposer_share(
+    space: SearchSpace, c: dict[str, Any], sizes: Mapping[str, float] | None = None
+) -> float:
+    """A proposer's own share of a target step per drafted token: its size over the
+    target's (0 for an n-gram lookup; 0.1 for a draft, 0.03 for a head when unknown)."""
+    if c["method"] == "ngram":
+        return 0.0
+    if sizes and (v := sizes.get(family_key(c))) is not None:
+        return v
+    ratio = _size_ratio(space, c)
+    return ratio if ratio is not None else (0.1 if c["method"] == "draft_model" else 0.03)
+
+
+def offline_prediction(
+    k: int,
+    per_position: Sequence[float],
+    baseline: DepthPoint,
+    objective: str,
+    cost: StepCost,
+    calibration: float = 0.0,
+    floor: float = 0.0,
+) -> tuple[Prediction, Prediction] | None:
+    """(prediction, optimistic prediction) of depth ``k`` from the baseline alone; the
+    optimistic one has no overhead but ``floor`` a drafted token (the proposer's own)."""
+    pred = predict_from_baseline(
+        k, per_position, baseline, objective, cost.fixed, cost.per_token, cost.rel_sigma
+    )
+    hi = [min(1.0, a + ACCEPTANCE_MARGIN) for a in per_position]
+    best = predict_from_baseline(k, hi, baseline, objective, 0.0, floor, 0.0)
+    if pred is None or best is None:
+        return None
+    notes = (
+        *pred.notes,
+        f"step cost: {cost.how} (fixed {cost.fixed:.2f}, {cost.per_token:.3f} a token)",
+    )
+    sigma = pred.rel_sigma + calibration
+    return Prediction(k, pred.metrics, sigma, pred.basis, pred.anchor, notes), best
+
+
+def proposer_name(c: dict[str, Any]) -> str:
+    keys = ("method", "num_speculative_tokens", "draft", "head", "prompt_lookup_min")
+    return " ".join(f"{k}={c[k]}" for k in (*keys, "prompt_lookup_max") if c.get(k) is not None)
+
+
+def offline_predictions(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    lay: Layout,
+    prices: OfflinePrices | None,
+    modelled: set[str],
+) -> list[tuple[dict[str, Any], Prediction, Prediction]]:
+    """(configuration, prediction, optimistic prediction) of every unlaunched depth of every
+    priced proposer that the depth model does not price from its own launches
+    (``modelled``: those it does, as ``config_key``)."""
+    if prices is None:
+        return []
+    level = (space.primary_workload, space.primary_concurrency)
+    metric = space.objectives[0].metric
+    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
+    cal = calibration(rows, metric, level)
+    out = []
+    for fk, members in lay.families.items():
+        if fk not in prices.by_proposer:
+            continue
+        target = members[0].get("target")
+        bases, pts = [], []
+        for r in launched:
+            m = primary(r, level)
+            if m is None or r.params.get("target") != target:
+                continue
+            if r.params.get("method") == "none":
+                bases.append((r, DepthPoint(r.number, 0, m)))
+            else:
+                depth = int(r.params["num_speculative_tokens"])
+                pts.append((dict(r.params), DepthPoint(r.number, depth, m)))
+        base = baseline_for(bases, lay.place(members[0]))
+        if base is None:
+            continue
+        cost = step_costs(space, pts, base, members[0], prices.size_ratio)
+        floor = proposer_share(space, members[0], prices.size_ratio)
+        for c in members:
+            cand = lay.place(c)
+            k = int(c["num_speculative_tokens"])
+            acc = prices.get(fk, k)
+            if acc is None or config_key(cand) in lay.taken or config_key(cand) in modelled:
+                continue
+            got = offline_prediction(
+                k, acc.per_position_acceptance, base, metric, cost, cal, floor
+            )
+            if got is not None and metric in got[0].metrics:
+                out.append((cand, *got))
+    return out
