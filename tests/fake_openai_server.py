@@ -16,7 +16,8 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-empty-text-chunks N the first N chunks of an answer carry empty text (tokens that
                           print nothing yet, as a byte-level tokenizer mid-character does)
 
-Non-streamed requests answer with ``token_ids`` (``return_token_ids``): greedy ones a
+Non-streamed requests answer with ``token_ids`` (``return_token_ids``; greedy ones also with
+``prompt_token_ids``, the prompt's bytes): greedy ones a
 deterministic function of the prompt, so a baseline and a speculative fake agree unless
 --fake-lossy; sampled ones (temperature > 0, ``n`` choices, sample i seeded ``seed + i``)
 draw each token from a fixed distribution, which --fake-lossy with speculation skews.
@@ -168,6 +169,8 @@ class FakeEngine:
             if self.spec and self.args.fake_lossy:
                 ids = [(t + 1) % 4096 if i >= max_tokens // 2 else t for i, t in enumerate(ids)]
             choice = {"index": 0, "text": " tok" * max_tokens, "token_ids": ids}
+            if body.get("return_token_ids"):
+                choice["prompt_token_ids"] = [b % 4096 for b in body["prompt"].encode()]
             usage = {"prompt_tokens": 10, "completion_tokens": max_tokens}
             return web.json_response({"choices": [choice], "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -191,13 +191,23 @@ class TrialPublic(FrozenModel):
         description="how the search proposed it: by (start, guide: scan, guide: depth, sampler, "
         "neighbour), why, predicted (made before the launch, never a measurement: objective, "
         "value, rel_sigma, workload, concurrency, level (workload@concurrency), metrics, "
-        "basis, notes) and class (proposed: what was "
+        "basis, notes), offline (acceptance priced on the baseline's outputs before the "
+        "launch, or why not: unpriced), skipped (proposers the guide did not launch, and why) "
+        "and class (proposed: what was "
         "proposed, why: why its class's member was launched instead); null for older jobs",
     )
     prediction_error_pct: float | None = Field(
         None,
         description="measured minus predicted first objective, % of the predicted value; null "
         "without a prediction or a measurement",
+    )
+    offline_acceptance_rate: float | None = Field(
+        None,
+        description="acceptance rate priced before the launch on the baseline's greedy outputs "
+        "(offline pricing: a prediction, never a measurement); compare metrics.acceptance_rate",
+    )
+    offline_per_position_acceptance: list[float] | None = Field(
+        None, description="per-position acceptance priced before the launch (a prediction)"
     )
 
 

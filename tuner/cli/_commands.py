@@ -26,6 +26,7 @@ from tuner.cli._common import (
     print_json,
     shown,
 )
+from tuner.cli._offline_text import offline_text
 from tuner.cli._plan import plan_space, plan_text
 from tuner.cli._render import (
     Progress,
@@ -151,7 +152,11 @@ def _report_document(store: Store, job_id: int, concurrency: int | None, slo: di
 
 def _print_report(store: Store, job_id: int, rep: Report) -> None:
     print(report_text(rep, explain(rep, param_importances(store, job_id))))
-    if text := search_text(store.trial_records(job_id)):
+    recs = store.trial_records(job_id)
+    if text := offline_text(recs):
+        print()
+        print(text)
+    if text := search_text(recs):
         print("\n" + text)
     for other in rep.other_targets:
         orep = job_report(
