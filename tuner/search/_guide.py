@@ -14,7 +14,11 @@ launches go where the predictions say the objective can still improve:
    when it beats the incumbent by more than its band (a confident gain), after the scans of
    methods that can still win when its optimistic value beats the incumbent; members of a
    method whose potential trails the incumbent are scanned last;
-3. when neither is left the guide is silent and Optuna's sampler proposes (its proposals
+3. offline pricing (``_offline``): a proposer priced on the baseline's greedy outputs is
+   never scanned; each of its depths is predicted from the baseline and a step-cost model,
+   a method not launched yet whose optimism beats every prediction goes first, and one
+   whose optimism cannot beat the incumbent is not launched (``Proposal.skipped``);
+4. when none is left the guide is silent and Optuna's sampler proposes (its proposals
    are still collapsed into classes, so a repeat costs no launch).
 
 A prediction is stored with the trial it launched and shown with its error once measured;

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.offline import OfflinePrices, TokenSequence, price_proposers
+from tuner.offline import UNPRICED_HEADS, OfflinePrices, TokenSequence, price_proposers
 from tuner.search._depth import DepthPoint, Prediction, predict_from_baseline, step_ms
 from tuner.search._layout import (
     MEASURED,
@@ -86,8 +86,16 @@ def offline_prices(
                 max_model_len=space.engine.max_model_len,
                 device="cuda" if space.engine.device == "cuda" else "cpu",
             )
+            unpriced = dict(p.unpriced)
+            for key, c in proposers.items():
+                if key not in own:  # on another target (an MTP checkpoint)
+                    unpriced[key] = (
+                        UNPRICED_HEADS
+                        if c.get("method") not in ("draft_model", "ngram")
+                        else "not priced offline: its target's baseline outputs are not used"
+                    )
             return OfflinePrices(
-                p.by_proposer, p.unpriced, f"{p.basis} of trial {r.number}", p.seconds
+                p.by_proposer, unpriced, f"{p.basis} of trial {r.number}", p.seconds
             )
     return None
 
