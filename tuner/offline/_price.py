@@ -114,7 +114,9 @@ def price_proposers(
             if path not in drafts:
                 try:
                     drafts[path] = DraftGuesses(path, seqs, device)
-                except (OSError, ValueError, RuntimeError) as e:
+                # A missing or foreign checkpoint, an architecture transformers cannot
+                # build, no memory for it, a vocabulary the target's ids overrun: unpriced.
+                except (OSError, ValueError, RuntimeError, KeyError, ImportError, IndexError) as e:
                     unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
                     continue
             propose = drafts[path].propose
