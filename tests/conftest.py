@@ -20,6 +20,12 @@ from tests.pg_server import (
     sweep_orphans,
 )
 
+# vLLM's CPU build picks its kernels by platform: imported in a test process without a GPU
+# and without this, the platform is unspecified and its default kernels need AVX-512 (an
+# AVX2-only host dies with "Illegal instruction"; measured). Engines get it from SpecTune.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
 
 @pytest.fixture
 def space_dir(tmp_path: Path) -> Path:
