@@ -79,6 +79,27 @@ class EngineProbe:
         """The continuations' token ids in an answer, in sample order."""
         raise NotImplementedError
 
+    async def _answers(
+        self,
+        base_url: str,
+        bodies: Sequence[dict[str, Any]],
+        timeout_s: float,
+        headers: dict[str, str] | None,
+    ) -> list[Any | None]:
+        """Each body POSTed in turn to the ids endpoint; its JSON answer, None on failure."""
+        url = base_url.rstrip("/") + str(self.greedy_path)
+        out: list[Any | None] = []
+        async with aiohttp.ClientSession(headers=headers) as session:
+            for body in bodies:
+                try:
+                    async with session.post(
+                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                    ) as r:
+                        out.append(await r.json() if r.status == 200 else None)
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    out.append(None)
+        return out
+
     async def token_ids(
         self,
         base_url: str,
@@ -98,23 +119,18 @@ class EngineProbe:
         endpoint does not return token ids."""
         if self.greedy_path is None:
             return [None for _ in prompts]
-        url = base_url.rstrip("/") + self.greedy_path
         s = dict(sampling or GREEDY)
+        bodies = [
+            self._ids_body(model, p, max_tokens, s, n, seeds[i] if seeds else 0)
+            for i, p in enumerate(prompts)
+        ]
         out: list[list[list[int]] | None] = []
-        async with aiohttp.ClientSession(headers=headers) as session:
-            for i, p in enumerate(prompts):
-                body = self._ids_body(model, p, max_tokens, s, n, seeds[i] if seeds else 0)
-                try:
-                    async with session.post(
-                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s * n)
-                    ) as r:
-                        if r.status != 200:
-                            out.append(None)
-                            continue
-                        got = [[int(t) for t in ids] for ids in self._ids_of(await r.json())]
-                        out.append(got if len(got) == n else None)
-                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError, TypeError):
-                    out.append(None)
+        for answer in await self._answers(base_url, bodies, timeout_s * n, headers):
+            try:
+                got = [[int(t) for t in ids] for ids in self._ids_of(answer)] if answer else []
+            except (KeyError, ValueError, TypeError):
+                got = []
+            out.append(got if len(got) == n else None)
         return out
 
     def _prompt_ids_of(self, answer: Any) -> list[int] | None:
@@ -135,27 +151,18 @@ class EngineProbe:
         failed, and for every prompt when the engine does not return both."""
         if self.greedy_path is None:
             return [None for _ in prompts]
-        url = base_url.rstrip("/") + self.greedy_path
+        bodies = [self._ids_body(model, p, max_tokens, dict(GREEDY), 1, 0) for p in prompts]
         out: list[tuple[list[int], list[int]] | None] = []
-        async with aiohttp.ClientSession(headers=headers) as session:
-            for p in prompts:
-                body = self._ids_body(model, p, max_tokens, dict(GREEDY), 1, 0)
-                try:
-                    async with session.post(
-                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
-                    ) as r:
-                        if r.status != 200:
-                            out.append(None)
-                            continue
-                        answer = await r.json()
-                        got = self._ids_of(answer)
-                        prompt_ids = self._prompt_ids_of(answer)
-                        if prompt_ids is None or len(got) != 1:
-                            out.append(None)
-                            continue
-                        out.append(([int(t) for t in prompt_ids], [int(t) for t in got[0]]))
-                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError, TypeError):
+        for answer in await self._answers(base_url, bodies, timeout_s, headers):
+            try:
+                got = self._ids_of(answer) if answer else []
+                prompt_ids = self._prompt_ids_of(answer) if answer else None
+                if prompt_ids is None or len(got) != 1:
                     out.append(None)
+                    continue
+                out.append(([int(t) for t in prompt_ids], [int(t) for t in got[0]]))
+            except (KeyError, ValueError, TypeError):
+                out.append(None)
         return out
 
     async def greedy_token_ids(

@@ -121,7 +121,8 @@ def propose(
             name, v = r.params["method"], sign * float(m[metric])
             potential[name] = max(v, potential.get(name, v))
     best: tuple[float, Proposal] | None = None
-    for cand, pred in depth_predictions(space, rows, lay):
+    modelled_preds = depth_predictions(space, rows, lay)
+    for cand, pred in modelled_preds:
         if not feasible(pred.metrics, limits)[0]:
             continue
         v = sign * pred.metrics[metric]
@@ -135,7 +136,7 @@ def propose(
     skipped: list[str] = []
     offline_best: tuple[float, Proposal] | None = None
     explore: tuple[float, Proposal] | None = None
-    modelled = {config_key(c) for c, _ in depth_predictions(space, rows, lay)}
+    modelled = {config_key(c) for c, _ in modelled_preds}
     for cand, pred, optimistic in offline_predictions(space, rows, lay, prices, modelled):
         if not feasible(pred.metrics, limits)[0]:
             continue

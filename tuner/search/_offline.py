@@ -16,6 +16,7 @@ position: a proposer whose optimistic value cannot beat the incumbent is not lau
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -124,7 +125,10 @@ def _size_ratio(space: SearchSpace, c: dict[str, Any]) -> float | None:
     return mine / theirs if theirs else None
 
 
+@functools.lru_cache(maxsize=64)
 def _params(model_dir: Path) -> float:
+    """A model's parameter count from its config.json (read once per path: the guide asks
+    on every proposal)."""
     cfg = json.loads((model_dir / "config.json").read_text())
     h, n = cfg["hidden_size"], cfg.get("num_hidden_layers", 1)
     inter = cfg.get("intermediate_size", 4 * h)
