@@ -5,7 +5,7 @@
 
 A recorded surface: the baseline's greedy outputs are generated here with the target in
 float32 (Hugging Face transformers; the engine ran bf16), for the surface's workload
-prompts; every n-gram and draft-model proposer of the surface is priced on them
+prompts; every proposer of the surface served by that target is priced on them
 (``tuner.offline``) and compared,
 position by position, with the per-position acceptance the engine counted when the surface
 was recorded (concurrency 1). ``--write-surface`` stores the offline table in the surface's
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         wl.max_tokens,
         resolve=_model_path,
         max_model_len=space.engine.max_model_len,
+        target=space.engine.model,
     )
     worst: dict[str, float] = {}
     print(f"{'proposer':<58} {'k':>2}  offline / engine per position")

@@ -102,7 +102,7 @@ def test_teacher_forced_guesses_are_the_drafts_own_greedy_chain():
     assert a.per_position_acceptance[0] == 1.0 and a.num_drafts >= 1
 
 
-def test_prices_cover_every_depth_and_say_why_a_head_is_not_priced():
+def test_prices_cover_every_depth_and_say_why_a_proposer_is_not_priced():
     seqs = [TokenSequence((1, 2, 3, 1, 2), (3, 1, 2, 3, 1, 2, 3, 9))]
     prices = price_proposers(
         {
@@ -116,10 +116,11 @@ def test_prices_cover_every_depth_and_say_why_a_head_is_not_priced():
         },
         seqs,
         6,
+        target="no/such/target",
     )
     assert sorted(prices.by_proposer["ng"]) == [1, 2, 3]
     assert prices.get("ng", 3).per_position_acceptance[0] == 1.0
-    assert "hidden states" in prices.unpriced["head"]
+    assert "no/such/target did not load" in prices.unpriced["head"]
     back = OfflinePrices.from_json(prices.to_json())
     assert back.get("ng", 2) == prices.get("ng", 2) and back.unpriced == prices.unpriced
 

@@ -1,9 +1,10 @@
 """Every proposer of a space priced from the baseline's greedy outputs, at every depth.
 
-What is priced: n-gram lookups (vLLM's rule replayed, exact for greedy traffic) and draft
-models (one teacher-forced forward each). Not yet: EAGLE, EAGLE-3 and MTP heads, whose
-guesses need the target's hidden states from a forward of the target; they are launched to
-learn their acceptance, as before, and say why. Sampled traffic is not priced: acceptance
+What is priced: n-gram lookups (vLLM's rule replayed, exact for greedy traffic), draft
+models (one teacher-forced forward each) and EAGLE, EAGLE-3 and MiMo MTP heads (one forward
+of the target for the features they read, then the head's own drafting chain). A head whose
+graph is not mirrored, or a checkpoint that does not load, is unpriced with the reason and
+launched to learn its acceptance, as before. Sampled traffic is not priced: acceptance
 under sampling needs the target's probabilities of each guess, which greedy outputs do not
 carry.
 """
@@ -16,14 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.offline._draft import DraftGuesses
+from tuner.offline._heads import HEAD_METHODS, head_guesses
 from tuner.offline._ngram import ngram_propose
 from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
 
-__all__ = ["OfflinePrices", "price_proposers"]
+__all__ = ["UNPRICED_OTHER_TARGET", "OfflinePrices", "price_proposers"]
 
-UNPRICED_HEADS = (
-    "not priced offline: an EAGLE, EAGLE-3 or MTP head's guesses need the target's hidden "
-    "states, which SpecTune does not compute yet; its launch measures its acceptance"
+UNPRICED_OTHER_TARGET = (
+    "not priced offline: its target's baseline has no token ids yet (it is priced once "
+    "that baseline has run)"
 )
 
 
@@ -91,13 +93,29 @@ def price_proposers(
     resolve: Callable[[str], str] = str,
     max_model_len: int | None = None,
     device: str = "cpu",
+    target: str | None = None,
 ) -> OfflinePrices:
     """``proposers``: key -> a configuration at the proposer's largest depth (method,
-    draft, prompt_lookup_min/max, num_speculative_tokens); every depth up to it is priced."""
+    draft or head, prompt_lookup_min/max, num_speculative_tokens); every depth up to it is
+    priced. ``target``: the checkpoint that served ``seqs`` (the heads read its features;
+    an MTP proposer's own checkpoint is its target)."""
     t0 = time.monotonic()
     by: dict[str, dict[int, OfflineAcceptance]] = {}
     unpriced: dict[str, str] = {}
     drafts: dict[str, DraftGuesses] = {}
+    heads = {
+        key: (str(c["method"]), resolve(str(c.get("head") or target or "")))
+        for key, c in proposers.items()
+        if c.get("method") in HEAD_METHODS
+    }
+    guesses: dict[str, Any] = {}
+    if heads and seqs:
+        if target is None:
+            unpriced.update({k: "not priced offline: no target checkpoint given" for k in heads})
+        else:
+            depth = max(int(proposers[k].get("num_speculative_tokens") or 1) for k in heads)
+            guesses, why = head_guesses(heads, resolve(target), seqs, depth, device)
+            unpriced.update({k: f"not priced offline: {r}" for k, r in why.items()})
     for key, c in proposers.items():
         method, top = c.get("method"), int(c.get("num_speculative_tokens") or 0)
         if not seqs:
@@ -120,8 +138,10 @@ def price_proposers(
                     unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
                     continue
             propose = drafts[path].propose
+        elif key in guesses:
+            propose = guesses[key].propose
         else:
-            unpriced[key] = UNPRICED_HEADS
+            unpriced.setdefault(key, f"not priced offline: method {method!r}")
             continue
         by[key] = {k: replay_rounds(seqs, k, max_tokens, propose) for k in range(1, top + 1)}
     tokens = sum(len(s.output) for s in seqs)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.offline import UNPRICED_HEADS, OfflinePrices, TokenSequence, price_proposers
+from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices, TokenSequence, price_proposers
 from tuner.search._depth import DepthPoint, Prediction, predict_from_baseline, step_ms
 from tuner.search._layout import (
     MEASURED,
@@ -66,39 +66,50 @@ class StepCost:
 def offline_prices(
     space: SearchSpace, rows: Sequence[Any], proposers: dict[str, dict[str, Any]]
 ) -> OfflinePrices | None:
-    """Prices of ``proposers`` (family key -> its deepest configuration), from the first
-    baseline row with token sequences, or from a replayed surface; None without either."""
+    """Prices of ``proposers`` (family key -> its deepest configuration), each from the
+    first baseline row of its own target with token sequences (an MTP checkpoint is its own
+    target), or from a replayed surface; None when no baseline has any."""
     if not space.offline_pricing:
         return None
     if space.engine.kind == "replay":
         return _surface_prices(space)
-    target = space.resolve(space.engine.model)
-    for r in sorted(rows, key=lambda r: r.number):
-        seqs = getattr(r, "token_sequences", None)
-        if r.params.get("method") == "none" and seqs and r.params.get("target") in (None, target):
-            own = {k: c for k, c in proposers.items() if c.get("target") in (None, target)}
-            ts = [TokenSequence.from_stored(s) for s in seqs]
-            wl = space.all_workloads[0]
-            p = price_proposers(
-                own,
-                ts,
-                wl.max_tokens,
-                resolve=space.resolve,
-                max_model_len=space.engine.max_model_len,
-                device="cuda" if space.engine.device == "cuda" else "cpu",
-            )
-            unpriced = dict(p.unpriced)
-            for key, c in proposers.items():
-                if key not in own:  # on another target (an MTP checkpoint)
-                    unpriced[key] = (
-                        UNPRICED_HEADS
-                        if c.get("method") not in ("draft_model", "ngram")
-                        else "not priced offline: its target's baseline outputs are not used"
-                    )
-            return OfflinePrices(
-                p.by_proposer, unpriced, f"{p.basis} of trial {r.number}", p.seconds
-            )
-    return None
+    by_target: dict[str | None, dict[str, dict[str, Any]]] = {}
+    for key, c in proposers.items():
+        by_target.setdefault(c.get("target"), {})[key] = c
+    by: dict[str, Any] = {}
+    unpriced: dict[str, str] = {}
+    bases: list[str] = []
+    seconds = 0.0
+    for target, own in by_target.items():
+        row = next(
+            (
+                r
+                for r in sorted(rows, key=lambda r: r.number)
+                if r.params.get("method") == "none"
+                and getattr(r, "token_sequences", None)
+                and r.params.get("target") == target
+            ),
+            None,
+        )
+        if row is None:
+            unpriced.update({k: UNPRICED_OTHER_TARGET for k in own})
+            continue
+        p = price_proposers(
+            own,
+            [TokenSequence.from_stored(s) for s in row.token_sequences],
+            space.all_workloads[0].max_tokens,
+            resolve=space.resolve,
+            max_model_len=space.engine.max_model_len,
+            device="cuda" if space.engine.device == "cuda" else "cpu",
+            target=target or space.engine.model,
+        )
+        by.update(p.by_proposer)
+        unpriced.update(p.unpriced)
+        bases.append(f"{p.basis} of trial {row.number}")
+        seconds += p.seconds
+    if not bases:
+        return None
+    return OfflinePrices(by, unpriced, "; ".join(bases), seconds)
 
 
 def _surface_prices(space: SearchSpace) -> OfflinePrices | None:
