@@ -131,3 +131,38 @@ def test_heads_it_does_not_mirror_are_unpriced_with_the_reason(tmp_path):
     assert "option norm_before_fc" in why["fcnorm"]
     assert "did not load" in why["missing"] and "config.json" in why["missing"]
     assert "MiMo's only" in why["mtp"]
+
+
+def test_each_target_prices_its_proposers_on_its_own_baseline():
+    """An MTP checkpoint is its own target: unpriced (saying why) until its baseline has
+    token ids, then priced on those, while the main target's proposers use theirs."""
+    from types import SimpleNamespace
+
+    from tuner.search._offline import offline_prices
+    from tuner.space import load_space
+
+    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu.yaml")
+    mtp_target = space.methods.mtp.model
+    main = _greedy(TINY / "target", _prompts()[:2], 12)
+    mtp = _greedy(TINY / "target-mtp", _prompts()[:2], 12)
+
+    def row(n, seqs, **params):
+        stored = [[list(s.prompt), list(s.output), [12]] for s in seqs]
+        return SimpleNamespace(
+            number=n, params={"method": "none", **params}, token_sequences=stored
+        )
+
+    proposers = {
+        "e1": {
+            "method": "eagle",
+            "num_speculative_tokens": 2,
+            "head": space.methods.eagle.heads[0],
+        },
+        "mtp": {"method": "mtp", "num_speculative_tokens": 1, "target": mtp_target},
+    }
+    first = offline_prices(space, [row(0, main)], proposers)
+    assert first is not None and sorted(first.by_proposer) == ["e1"]
+    assert "its target's baseline has no token ids yet" in first.unpriced["mtp"]
+    both = offline_prices(space, [row(0, main), row(1, mtp, target=mtp_target)], proposers)
+    assert both is not None and sorted(both.by_proposer) == ["e1", "mtp"]
+    assert "trial 0" in both.basis and "trial 1" in both.basis
