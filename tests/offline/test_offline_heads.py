@@ -166,3 +166,44 @@ def test_each_target_prices_its_proposers_on_its_own_baseline():
     both = offline_prices(space, [row(0, main), row(1, mtp, target=mtp_target)], proposers)
     assert both is not None and sorted(both.by_proposer) == ["e1", "mtp"]
     assert "trial 0" in both.basis and "trial 1" in both.basis
+
+
+def test_the_strategy_adds_a_targets_prices_once_its_baseline_has_run():
+    """Prices are computed once per job, but an MTP proposer left waiting for its target's
+    baseline is priced (and added) as soon as that baseline's outputs are stored."""
+    from types import SimpleNamespace
+
+    from tuner.search import SearchStrategy
+    from tuner.space import load_space
+
+    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu.yaml")
+    mtp_target = space.methods.mtp.model
+    rows = []
+
+    def row(n, seqs, **params):
+        stored = [[list(s.prompt), list(s.output), [12]] for s in seqs]
+        return SimpleNamespace(
+            number=n, params={"method": "none", **params}, token_sequences=stored
+        )
+
+    strategy = SearchStrategy.__new__(SearchStrategy)  # what prices() reads, no store
+    strategy.space, strategy._prices, strategy._deepest = space, None, {}
+    strategy.trials = SimpleNamespace(current=lambda: SimpleNamespace(rows=list(rows)))
+    strategy.__dict__["grid"] = [
+        {"method": "none"},
+        {
+            "method": "ngram",
+            "num_speculative_tokens": 2,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3,
+        },
+        {"method": "mtp", "num_speculative_tokens": 1, "target": mtp_target},
+    ]
+    rows.append(row(0, _greedy(TINY / "target", _prompts()[:1], 12)))
+    first = strategy.prices()
+    assert first is not None and len(first.by_proposer) == 1 and len(first.unpriced) == 1
+    assert strategy.prices() is first  # nothing new: not recomputed
+    rows.append(row(1, _greedy(TINY / "target-mtp", _prompts()[:1], 12), target=mtp_target))
+    now = strategy.prices()
+    assert now is not None and len(now.by_proposer) == 2 and now.unpriced == {}
+    assert now.by_proposer.items() >= first.by_proposer.items()

@@ -42,6 +42,18 @@ class OfflinePrices:
     # surface; a launching job reads the models' config.json instead).
     size_ratio: dict[str, float] = field(default_factory=dict)
 
+    def merged(self, more: OfflinePrices) -> OfflinePrices:
+        """These prices with ``more`` (priced later, from another baseline) added."""
+        unpriced = {k: v for k, v in self.unpriced.items() if k not in more.by_proposer}
+        unpriced.update(more.unpriced)
+        return OfflinePrices(
+            {**self.by_proposer, **more.by_proposer},
+            unpriced,
+            "; ".join(b for b in (self.basis, more.basis) if b),
+            self.seconds + more.seconds,
+            {**self.size_ratio, **more.size_ratio},
+        )
+
     def get(self, key: str, depth: int) -> OfflineAcceptance | None:
         return self.by_proposer.get(key, {}).get(depth)
 

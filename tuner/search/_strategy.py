@@ -25,7 +25,7 @@ import optuna
 from tuner.candidates import config_to_params, grid_configs, grid_params, params_to_config
 from tuner.context import JobContext
 from tuner.measure import load_all_prompts
-from tuner.offline import OfflinePrices
+from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices
 from tuner.search._classes import canonical, kv_need_tokens
 from tuner.search._guide import Proposal, family_key, predicted_points, propose
 from tuner.search._offline import offline_prices
@@ -53,6 +53,7 @@ class SearchStrategy:
         self.pruner = DominancePruner(self.space)
         self.trials = JobTrials(self.store, self.job_id, self.space, lambda: self.need_tokens)
         self._prices: OfflinePrices | None = None
+        self._deepest: dict[str, dict[str, Any]] = {}
 
     @functools.cached_property
     def need_tokens(self) -> int | None:
@@ -99,7 +100,9 @@ class SearchStrategy:
 
     def prices(self) -> OfflinePrices | None:
         """Offline acceptance of every proposer of the space, once a baseline's outputs are
-        stored (computed once per job and process; ``tuner.search._offline``)."""
+        stored (computed once per job and process; ``tuner.search._offline``). Proposers
+        served by another target (an MTP checkpoint) are priced when that target's baseline
+        has its outputs, and added then."""
         if self.space.search != "guided" or not self.space.offline_pricing:
             return None
         if self._prices is None:
@@ -112,7 +115,25 @@ class SearchStrategy:
                     "num_speculative_tokens", 0
                 ):
                     deepest[fk] = c
-            self._prices = offline_prices(self.space, self.trials.current().rows, deepest)
+            self._deepest = deepest
+            rows = self.trials.current().rows
+            self._prices = offline_prices(self.space, rows, deepest)
+        elif waiting := {
+            fk: c
+            for fk, c in self._deepest.items()
+            if self._prices.unpriced.get(fk) == UNPRICED_OTHER_TARGET
+        }:
+            rows = self.trials.current().rows
+            targets = {c.get("target") for c in waiting.values()}
+            if any(
+                r.params.get("method") == "none"
+                and r.params.get("target") in targets
+                and getattr(r, "token_sequences", None)
+                for r in rows
+            ):
+                more = offline_prices(self.space, rows, waiting)
+                if more is not None:
+                    self._prices = self._prices.merged(more)
         return self._prices
 
     def offline_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
