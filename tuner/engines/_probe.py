@@ -8,6 +8,7 @@ no state between calls; one instance serves every server of its engine.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
@@ -85,20 +86,25 @@ class EngineProbe:
         bodies: Sequence[dict[str, Any]],
         timeout_s: float,
         headers: dict[str, str] | None,
+        concurrency: int = 1,
     ) -> list[Any | None]:
-        """Each body POSTed in turn to the ids endpoint; its JSON answer, None on failure."""
+        """Each body POSTed to the ids endpoint, ``concurrency`` at a time (one by default:
+        a batch can change greedy outputs at near-ties); its JSON answer, None on failure."""
         url = base_url.rstrip("/") + str(self.greedy_path)
-        out: list[Any | None] = []
-        async with aiohttp.ClientSession(headers=headers) as session:
-            for body in bodies:
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(session: aiohttp.ClientSession, body: dict[str, Any]) -> Any | None:
+            async with gate:
                 try:
                     async with session.post(
                         url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
                     ) as r:
-                        out.append(await r.json() if r.status == 200 else None)
+                        return await r.json() if r.status == 200 else None
                 except (aiohttp.ClientError, TimeoutError, ValueError):
-                    out.append(None)
-        return out
+                    return None
+
+        async with aiohttp.ClientSession(headers=headers) as session:
+            return list(await asyncio.gather(*(one(session, b) for b in bodies)))
 
     async def token_ids(
         self,
@@ -145,15 +151,17 @@ class EngineProbe:
         max_tokens: int,
         timeout_s: float = 120,
         headers: dict[str, str] | None = None,
+        concurrency: int = 1,
     ) -> list[tuple[list[int], list[int]] | None]:
         """(prompt ids, greedy output ids) of each prompt, as the engine tokenized and
-        answered it: what proposers are priced on offline. None for a prompt whose request
-        failed, and for every prompt when the engine does not return both."""
+        answered it: what proposers are priced on offline (any greedy output serves, so
+        the requests may share batches). None for a prompt whose request failed, and for
+        every prompt when the engine does not return both."""
         if self.greedy_path is None:
             return [None for _ in prompts]
         bodies = [self._ids_body(model, p, max_tokens, dict(GREEDY), 1, 0) for p in prompts]
         out: list[tuple[list[int], list[int]] | None] = []
-        for answer in await self._answers(base_url, bodies, timeout_s, headers):
+        for answer in await self._answers(base_url, bodies, timeout_s, headers, concurrency):
             try:
                 got = self._ids_of(answer) if answer else []
                 prompt_ids = self._prompt_ids_of(answer) if answer else None

@@ -130,7 +130,7 @@ class LaunchMeasurer(Measurer):
                         and self.space.search == "guided"
                         and self.space.offline_pricing
                     ):
-                        seqs = token_sequences(server, self.space, self.prompts)
+                        seqs = token_sequences(server, self.space, self.prompts, cfg.max_num_seqs)
                     if lossless is not None:
                         ids = greedy_outputs(server, self.space, self.prompts)
                         samples = sampled_outputs(

@@ -269,13 +269,14 @@ def greedy_outputs(
 
 
 def token_sequences(
-    server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]]
+    server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]], concurrency: int = 1
 ) -> list[list[list[int]]] | None:
     """The baseline's prompt and greedy output ids of the first workload's prompts, one
     pass (``[prompt ids, output ids, [the request's max_tokens]]`` each), ``max_tokens``
     plus the space's largest depth long (the last round's drafts are judged too): what
     every proposer is priced on offline. None when that workload samples (greedy outputs
-    cannot price sampled acceptance) or the engine does not return ids."""
+    cannot price sampled acceptance) or the engine does not return ids. ``concurrency``:
+    requests in flight at once (the launch's batch size: any greedy output serves)."""
     wl = space.all_workloads[0]
     if not wl.sampling.greedy:
         return None
@@ -293,6 +294,7 @@ def token_sequences(
             max(limits, default=wl.max_tokens) + depth,
             timeout_s=wl.request_timeout_s,
             headers=server.headers,
+            concurrency=concurrency,
         )
     )
     seqs = [[g[0], g[1], [n]] for g, n in zip(got, limits, strict=True) if g is not None]
