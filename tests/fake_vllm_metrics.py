@@ -110,7 +110,10 @@ def fake_vllm(script: Sequence[Snap], **kw) -> Iterator[tuple[str, FakeVLLMMetri
                 body, kind = fake.next_text().encode(), "text/plain; version=0.0.4"
             elif self.path == "/v1/models":
                 data = [{"id": fake.name, "root": fake.root, "max_model_len": 512}]
-                body, kind = json.dumps({"object": "list", "data": data}).encode(), "application/json"
+                body, kind = (
+                    json.dumps({"object": "list", "data": data}).encode(),
+                    "application/json",
+                )
             else:
                 self.send_error(404)
                 return

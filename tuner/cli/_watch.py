@@ -50,8 +50,7 @@ def render_watch(r: WatchResult) -> str:
             f"  mean acceptance length {ja.mean_acceptance_length:.2f}"
         )
     lines.append(
-        f"Predicted by job {r.job_id}'s model at concurrency {r.model_concurrency} "
-        "(not measured):"
+        f"Predicted by job {r.job_id}'s model at concurrency {r.model_concurrency} (not measured):"
     )
     lines.append(f"  {'k':>2}  {'tok/s [band]':<26} {'mean TPOT ms [band]':<26} speedup")
     for p in r.predictions:

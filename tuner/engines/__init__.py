@@ -50,18 +50,18 @@ from tuner.engines._vllm import (
     speculative_json,
     speed_env,
 )
+from tuner.engines._vllm_probe import (
+    VLLMProbe,
+    parse_kv_cache_tokens,
+    parse_queue_time,
+    parse_spec_counters,
+)
 from tuner.engines._vllm_watch import (
     ServedModel,
     ServerSnapshot,
     parse_server_snapshot,
     read_server,
     served_models,
-)
-from tuner.engines._vllm_probe import (
-    VLLMProbe,
-    parse_kv_cache_tokens,
-    parse_queue_time,
-    parse_spec_counters,
 )
 
 __all__ = [

@@ -17,7 +17,13 @@ from tuner.engines._probe import fetch_metrics_text, get_text
 from tuner.engines._vllm_probe import parse_spec_counters
 from tuner.metrics import LoadError, SpecCounters
 
-__all__ = ["ServedModel", "ServerSnapshot", "parse_server_snapshot", "read_server", "served_models"]
+__all__ = [
+    "ServedModel",
+    "ServerSnapshot",
+    "parse_server_snapshot",
+    "read_server",
+    "served_models",
+]
 
 _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"

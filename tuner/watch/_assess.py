@@ -108,9 +108,7 @@ def _predictions(
         if lv.cost is None:
             break
         c = lv.cost
-        p = predict_from_baseline(
-            k, pp, base, model.objective, c.fixed, c.per_token, c.rel_sigma
-        )
+        p = predict_from_baseline(k, pp, base, model.objective, c.fixed, c.per_token, c.rel_sigma)
         if p is None:
             continue
         t = tau(pp, k)
