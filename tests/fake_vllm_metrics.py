@@ -2,7 +2,8 @@
 metric names, made-up numbers) and a ``/v1/models`` list. Nothing here is measured.
 
 Each GET /metrics answers the next snapshot of the script and then keeps answering the last,
-so a window's first and last scrapes see exactly the counters the test wrote.
+so a window's first and last scrapes see exactly the counters the test wrote; a ``None`` in
+the script answers that scrape 503 (a server restarting).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Snap:
     waiting: float = 0
     memory: float | None = 0.4
     spec: bool = True
+    started_at: float | None = None
 
     def text(self, name: str) -> str:
         lab = f'engine="0",model_name="{name}"'
@@ -38,6 +40,12 @@ class Snap:
             "# TYPE vllm:num_requests_waiting gauge",
             f"vllm:num_requests_waiting{{{lab}}} {float(self.waiting)}",
         ]
+        if self.started_at is not None:
+            out += [
+                "# HELP process_start_time_seconds FAKE",
+                "# TYPE process_start_time_seconds gauge",
+                f"process_start_time_seconds {self.started_at}",
+            ]
         if self.memory is not None:
             out += [
                 "# HELP vllm:cache_config_info FAKE",
@@ -87,27 +95,31 @@ def snap_after(before: Snap, drafts: int, per_pos_rates: Sequence[float], **kw) 
 class FakeVLLMMetrics:
     """The FAKE server's script and what it has answered."""
 
-    def __init__(self, script: Sequence[Snap], name: str = "fake", root: str = "/m") -> None:
+    def __init__(self, script: Sequence[Snap | None], name: str = "fake", root: str = "/m") -> None:
         self.script, self.name, self.root = list(script), name, root
         self.served = 0
         self.lock = threading.Lock()
 
-    def next_text(self) -> str:
+    def next_text(self) -> str | None:
         with self.lock:
             snap = self.script[min(self.served, len(self.script) - 1)]
             self.served += 1
-        return snap.text(self.name)
+        return None if snap is None else snap.text(self.name)
 
 
 @contextmanager
-def fake_vllm(script: Sequence[Snap], **kw) -> Iterator[tuple[str, FakeVLLMMetrics]]:
+def fake_vllm(script: Sequence[Snap | None], **kw) -> Iterator[tuple[str, FakeVLLMMetrics]]:
     """(base URL, the fake) of a FAKE vLLM /metrics server on a free port."""
     fake = FakeVLLMMetrics(script, **kw)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                body, kind = fake.next_text().encode(), "text/plain; version=0.0.4"
+                text = fake.next_text()
+                if text is None:
+                    self.send_error(503)
+                    return
+                body, kind = text.encode(), "text/plain; version=0.0.4"
             elif self.path == "/v1/models":
                 data = [{"id": fake.name, "root": fake.root, "max_model_len": 512}]
                 body, kind = (

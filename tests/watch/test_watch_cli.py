@@ -65,8 +65,13 @@ def test_predictions_are_the_job_models_at_the_live_acceptance(capsys, watched_j
     for k in range(1, 5):
         c = lv.cost
         want = predict_from_baseline(
-            k, r["per_position_acceptance"], lv.baseline, model.objective,
-            c.fixed, c.per_token, c.rel_sigma,
+            k,
+            r["per_position_acceptance"],
+            lv.baseline,
+            model.objective,
+            c.fixed,
+            c.per_token,
+            c.rel_sigma,
         )
         assert preds[k]["output_tok_per_s"] == pytest.approx(want.metrics["output_tok_per_s"])
         assert preds[k]["mean_tpot_ms"] == pytest.approx(want.metrics["mean_tpot_ms"])
@@ -161,3 +166,19 @@ def test_an_unreachable_server_is_a_runtime_failure_naming_the_url(capsys, watch
     db, job, _ = watched_job
     code, _, err = run_watch(capsys, "http://127.0.0.1:9", db, job)
     assert code == 1 and "--url" in err and "/metrics" in err
+
+
+def test_a_restart_the_counters_hide_is_caught_by_the_start_time(capsys, watched_job):
+    # counters higher than before, but the process started again: not one server run
+    later = snap_after(START, 400, [0.7, 0.5, 0.35, 0.25])
+    a = replace(START, started_at=1000.0)
+    b = replace(later, drafts=later.drafts + 5000, started_at=2000.0)
+    r = watch_json(capsys, [a, b], watched_job)
+    assert r["verdict"] == "cannot tell yet" and "started again" in r["reason"]
+
+
+def test_a_gap_inside_the_window_cannot_tell(capsys, watched_job):
+    end = snap_after(START, 400, [0.7, 0.5, 0.35, 0.25])
+    r = watch_json(capsys, [START, None, end], watched_job)
+    assert r["verdict"] == "cannot tell yet" and "could not be read" in r["reason"]
+    assert r["num_drafts"] is None

@@ -29,6 +29,7 @@ _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 _CACHE_INFO = "vllm:cache_config_info"
+_STARTED = "process_start_time_seconds"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ServerSnapshot:
     positions: int
     model_names: tuple[str, ...]
     memory_fraction: float | None
+    started_at: float | None = None  # the server process's start (Unix s), when exposed
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class ServedModel:
 
 def parse_server_snapshot(text: str) -> ServerSnapshot:
     """The watch's view of one ``/metrics`` text (gauges summed over engines)."""
-    running = waiting = memory = None
+    running = waiting = memory = started = None
     positions: set[str] = set()
     names: set[str] = set()
     for fam in text_string_to_metric_families(text):
@@ -72,6 +74,8 @@ def parse_server_snapshot(text: str) -> ServerSnapshot:
                 waiting = (waiting or 0.0) + s.value
             elif s.name == _PER_POS + "_total":
                 positions.add(s.labels.get("position", "0"))
+            elif s.name == _STARTED:
+                started = s.value
             elif s.name == _CACHE_INFO and "gpu_memory_utilization" in s.labels:
                 try:
                     memory = float(s.labels["gpu_memory_utilization"])
@@ -84,6 +88,7 @@ def parse_server_snapshot(text: str) -> ServerSnapshot:
         positions=len(positions),
         model_names=tuple(sorted(names)),
         memory_fraction=memory,
+        started_at=started,
     )
 
 

@@ -94,10 +94,11 @@ class WatchPoller:
                     continue
             try:
                 await st.scraper.scrape()
+                if st.scraper.seconds < info.interval_s:
+                    continue
+                r = st.scraper.result(st.model)
             except LoadError as e:
                 st.scraper = Scraper(info.url)
                 await self._record(st, CANNOT_TELL, None, f"{info.url}: {e}")
                 continue
-            if st.scraper.seconds >= info.interval_s:
-                r = st.scraper.result(st.model)
-                await self._record(st, r.verdict, r.model_dump(mode="json"), None)
+            await self._record(st, r.verdict, r.model_dump(mode="json"), None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -44,11 +45,22 @@ class Scraper:
         self.scrapes: list[tuple[float, ServerSnapshot]] = []
         self.served: list[ServedModel] | None = None
         self.served_error: str | None = None
+        self.missed: list[str] = []  # why scrapes inside the window failed
+        self.last_failed = False
 
     async def scrape(self) -> None:
-        """One more scrape (the first also reads ``/v1/models``); LoadError when the
-        server cannot be read."""
-        snap = await read_server(self.url)
+        """One more scrape (the first also reads ``/v1/models``). LoadError when the first
+        cannot be read; a later failure is kept (``missed``): the server may be restarting,
+        and a window with a gap cannot say what its counters did in it."""
+        try:
+            snap = await read_server(self.url)
+        except LoadError as e:
+            if not self.scrapes:
+                raise
+            self.missed.append(str(e))
+            self.last_failed = True
+            return
+        self.last_failed = False
         self.scrapes.append((self.clock(), snap))
         if self.served is None and self.served_error is None:
             try:
@@ -61,16 +73,21 @@ class Scraper:
         return self.scrapes[-1][0] - self.scrapes[0][0] if self.scrapes else 0.0
 
     def result(self, model: JobModel) -> WatchResult:
-        """The window so far; the next window starts at its last scrape."""
-        r = assess(
-            model,
-            self.url,
-            window_of(self.scrapes),
-            self.scrapes[-1][1],
-            self.served,
-            self.served_error,
-        )
+        """The window so far; the next window starts at its last scrape. LoadError when the
+        window's last scrape failed (there is no end to read)."""
+        if self.last_failed or len(self.scrapes) < 2:
+            raise LoadError(f"/metrics unreadable at the window's end: {self.missed[-1:]}")
+        w = window_of(self.scrapes)
+        if self.missed and w.reset is None:
+            w = replace(
+                w,
+                spec=None,
+                reset=f"the server could not be read at {len(self.missed)} scrape(s) inside "
+                f"the window ({self.missed[-1]}): it may have restarted in between",
+            )
+        r = assess(model, self.url, w, self.scrapes[-1][1], self.served, self.served_error)
         self.scrapes = self.scrapes[-1:]
+        self.missed = []
         return r
 
 

@@ -44,6 +44,8 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def _went_back(a: ServerSnapshot, b: ServerSnapshot) -> str | None:
     """Why ``b`` cannot follow ``a`` on the same server run (None: it can)."""
+    if a.started_at is not None and b.started_at is not None and a.started_at != b.started_at:
+        return "the server process started again (its start time changed)"
     if a.positions != b.positions:
         return f"the server's drafted positions changed from {a.positions} to {b.positions}"
     pairs = [
