@@ -95,7 +95,9 @@ def snap_after(before: Snap, drafts: int, per_pos_rates: Sequence[float], **kw) 
 class FakeVLLMMetrics:
     """The FAKE server's script and what it has answered."""
 
-    def __init__(self, script: Sequence[Snap | None], name: str = "fake", root: str = "/m") -> None:
+    def __init__(
+        self, script: Sequence[Snap | None], name: str = "fake", root: str = "/m"
+    ) -> None:
         self.script, self.name, self.root = list(script), name, root
         self.served = 0
         self.lock = threading.Lock()

@@ -17,8 +17,8 @@ from tuner.metrics import LoadError
 from tuner.storage import JobNotFound, SpaceRefused, Store, database_url
 from tuner.watch import (
     MIN_DRAFTS,
-    JobModel,
     Scraper,
+    WatchedJob,
     WatchResult,
     check_url,
     load_job_model,
@@ -67,7 +67,7 @@ def render_watch(r: WatchResult) -> str:
     return "\n".join(lines)
 
 
-async def _loop(args: argparse.Namespace, model: JobModel, url: str) -> None:
+async def _loop(args: argparse.Namespace, model: WatchedJob, url: str) -> None:
     s = Scraper(url)
     await s.scrape()
     while True:

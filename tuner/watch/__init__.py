@@ -4,7 +4,7 @@ a verdict ("still pays", "switch to k=...", "turn speculation off", "cannot tell
 
 from tuner.watch._assess import LEAD, assess
 from tuner.watch._compare import NOT_COMPARED, compare_server
-from tuner.watch._model import JobModel, LevelModel, load_job_model
+from tuner.watch._model import LevelModel, WatchedJob, load_job_model
 from tuner.watch._poller import WatchPoller
 from tuner.watch._result import (
     CANNOT_TELL,
@@ -30,7 +30,7 @@ __all__ = [
     "VERDICT_CODES",
     "DepthPrediction",
     "JobAcceptance",
-    "JobModel",
+    "WatchedJob",
     "LevelModel",
     "Scraper",
     "WatchPoller",

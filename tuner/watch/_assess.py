@@ -27,7 +27,7 @@ from tuner.engines import ServedModel, ServerSnapshot
 from tuner.search import DepthPoint, tau
 from tuner.search._offline import predict_from_baseline
 from tuner.watch._compare import compare_server
-from tuner.watch._model import JobModel, LevelModel
+from tuner.watch._model import LevelModel, WatchedJob
 from tuner.watch._result import (
     CANNOT_TELL,
     STILL_PAYS,
@@ -85,7 +85,7 @@ def _pred(depth: int, m: dict[str, Any], band: float, tau_k: float, src: str, no
 
 
 def _predictions(
-    model: JobModel, lv: LevelModel, pp: list[float], n: int, k_max: int, extra: float
+    model: WatchedJob, lv: LevelModel, pp: list[float], n: int, k_max: int, extra: float
 ) -> tuple[list[DepthPrediction], list[float]]:
     """(predictions for depths 0..k_max, the live acceptance's sampling error of each: what
     is not shared between depths priced by one model)."""
@@ -163,7 +163,7 @@ def _verdict(
 
 
 def assess(
-    model: JobModel,
+    model: WatchedJob,
     url: str,
     window: Window,
     last: ServerSnapshot,

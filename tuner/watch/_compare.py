@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from tuner.engines import ServedModel, ServerSnapshot
-from tuner.watch._model import JobModel
+from tuner.watch._model import WatchedJob
 
 __all__ = ["NOT_COMPARED", "compare_server"]
 
@@ -30,7 +30,7 @@ def _same_path(a: str, b: str) -> bool:
 
 
 def compare_server(
-    model: JobModel,
+    model: WatchedJob,
     snap: ServerSnapshot,
     served: Sequence[ServedModel] | None,
     served_error: str | None = None,

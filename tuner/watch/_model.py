@@ -23,7 +23,7 @@ from tuner.search._offline import StepCost, step_costs
 from tuner.space import SearchSpace
 from tuner.storage import Store, space_of_job
 
-__all__ = ["JobModel", "LevelModel", "family_of", "load_job_model"]
+__all__ = ["WatchedJob", "LevelModel", "family_of", "load_job_model"]
 
 # Everything but depth names a proposer: a launch of the winner's family at another depth
 # prices the same drafts.
@@ -44,7 +44,7 @@ class LevelModel:
 
 
 @dataclass(frozen=True)
-class JobModel:
+class WatchedJob:
     """What a watch compares a server with."""
 
     job_id: int
@@ -102,7 +102,7 @@ def _level(space: SearchSpace, points: Sequence[Point], base: Point, winner: dic
     return LevelModel(base.concurrency, bdp, cost)
 
 
-def load_job_model(store: Store, job_id: int) -> JobModel:
+def load_job_model(store: Store, job_id: int) -> WatchedJob:
     """Job ``job_id``'s model; JobNotFound for an unknown job, ValueError (naming ``job``)
     when it has no winner or no measured baseline to predict from."""
     space = space_of_job(store.job(job_id), for_reading=True)
@@ -132,7 +132,7 @@ def load_job_model(store: Store, job_id: int) -> JobModel:
     if not levels:
         raise ValueError(f"job: job {job_id} measured no baseline to predict from")
     metric, maximize = _objective(space)
-    return JobModel(
+    return WatchedJob(
         job_id=job_id,
         space=space,
         workload=rep.workload,

@@ -22,7 +22,7 @@ from tuner.errors import RequestError
 from tuner.metrics import LoadError
 from tuner.space import SpaceError
 from tuner.storage import Store, WatchInfo
-from tuner.watch._model import JobModel, load_job_model
+from tuner.watch._model import WatchedJob, load_job_model
 from tuner.watch._result import CANNOT_TELL
 from tuner.watch._run import Scraper
 
@@ -35,7 +35,7 @@ log = logging.getLogger("spectune.watch")
 class _State:
     info: WatchInfo
     scraper: Scraper
-    model: JobModel | None = None
+    model: WatchedJob | None = None
     next_scrape: float = 0.0
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from tuner.engines import ServedModel, ServerSnapshot, read_server, served_models
 from tuner.metrics import LoadError
 from tuner.watch._assess import assess
-from tuner.watch._model import JobModel
+from tuner.watch._model import WatchedJob
 from tuner.watch._result import WatchResult
 from tuner.watch._window import window_of
 
@@ -72,7 +72,7 @@ class Scraper:
     def seconds(self) -> float:
         return self.scrapes[-1][0] - self.scrapes[0][0] if self.scrapes else 0.0
 
-    def result(self, model: JobModel) -> WatchResult:
+    def result(self, model: WatchedJob) -> WatchResult:
         """The window so far; the next window starts at its last scrape. LoadError when the
         window's last scrape failed (there is no end to read)."""
         if self.last_failed or len(self.scrapes) < 2:
@@ -92,7 +92,7 @@ class Scraper:
 
 
 async def watch_window(
-    model: JobModel, url: str, interval_s: float, sample_s: float = 1.0
+    model: WatchedJob, url: str, interval_s: float, sample_s: float = 1.0
 ) -> WatchResult:
     """One window of ``interval_s`` seconds; LoadError when the server cannot be read."""
     s = Scraper(url)
