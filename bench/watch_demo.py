@@ -103,9 +103,12 @@ def served_name(url: str) -> str:
 
 
 def drive(url: str, model: str, workload: str, seconds: float, conc: int) -> dict:
-    """Closed-loop requests of ``workload`` for about ``seconds``."""
-    prompts = read_jsonl(builtin_path(workload))
-    reqs = [_Req(p.prompt, p.max_tokens or 64) for p in prompts]
+    """Closed-loop requests of ``workload`` for about ``seconds`` (``NAME:T``: sampled at
+    temperature T, else greedy)."""
+    name, _, temp = workload.partition(":")
+    sampling = {"temperature": float(temp), "seed": 0} if temp else {"temperature": 0.0}
+    prompts = read_jsonl(builtin_path(name))
+    reqs = [_Req(p.prompt, p.max_tokens or 64, sampling) for p in prompts]
     t0, done, ok = time.monotonic(), 0, 0
     while time.monotonic() - t0 < seconds:
         got, _ = asyncio.run(run_requests(url, model, reqs[: max(conc, 4)], conc, 120))

@@ -7,7 +7,7 @@ concurrency nearest the live one (``predict_from_baseline``); depth 0 is the job
 baseline there. Band: the prediction's own (baseline interval plus the step-cost model's),
 plus the live acceptance's sampling error, plus -- said in the notes -- how far the live
 acceptance lies outside what the job measured, and 10 % when the live concurrency lies
-outside the job's levels.
+above the job's highest level.
 
 Verdict, on the job's first objective: depths compared under one cost model share its
 error, so an option must lead by ``max(5 %, the live acceptance's own error)``: best is no
@@ -180,7 +180,10 @@ def assess(
     extra = 0.0
     lo, hi = min(model.levels), max(model.levels)
     live = window.live_concurrency
-    if live is not None and not lo <= live <= hi:
+    # Below one running request the server is idle part of the time: that is the lowest
+    # level's regime, not an extrapolation. Above the highest level (or below a lowest one
+    # over 1) it is.
+    if live is not None and (live > hi or (live < lo and lo > 1)):
         extra = 0.10
         notes.append(
             f"live concurrency {live:.2f} is outside the levels job {model.job_id} measured "
