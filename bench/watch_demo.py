@@ -160,6 +160,70 @@ def window(srv: Server, db: str, job: int, workload: str, w: float, conc: int, r
     }
 
 
+def _pp(xs: list[float] | None) -> str:
+    return " ".join(f"{x:.4f}" for x in xs) if xs else "-"
+
+
+def markdown(doc: dict) -> str:
+    """The windows as a note: watch against direct deltas, the verdicts, the predictions."""
+    out = [
+        "# spectune watch against a real vLLM CPU server (bench/watch_demo.py)",
+        "",
+        "Written by the script from its own run; nothing typed by hand. The server is the",
+        "job's exported command line:",
+        "",
+        "```",
+        doc["export"],
+        "```",
+        "",
+        f"Server start: {doc.get('startup_s')} s. Per window: /metrics read directly before the",
+        "watch starts and after it ends; requests run only inside the window.",
+        "",
+    ]
+    for i, w in enumerate(doc["windows"], 1):
+        r, d = w["watch"] or {}, w["direct_delta"] or {}
+        out += [f"## Window {i}: {w['workload']} (concurrency {w['concurrency']})", ""]
+        out += [f"- load: {json.dumps(w['load'])}; watch exit code {w['watch_exit']}"]
+        out += [
+            f"- drafts in the window: watch {r.get('num_drafts')}, direct {d.get('num_drafts')}"
+        ]
+        out += [f"- per-position acceptance, watch:  {_pp(r.get('per_position_acceptance'))}"]
+        out += [f"- per-position acceptance, direct: {_pp(d.get('per_position_acceptance'))}"]
+        if r.get("per_position_acceptance") and d.get("per_position_acceptance"):
+            diff = max(
+                abs(a - b)
+                for a, b in zip(
+                    r["per_position_acceptance"], d["per_position_acceptance"], strict=True
+                )
+            )
+            out += [f"- largest difference: {diff:.2g} (the bar: 0.01)"]
+        if "error" in d:
+            out += [f"- direct deltas: {d['error']}"]
+        out += [
+            f"- acceptance rate {r.get('acceptance_rate')}, mean acceptance length "
+            f"{r.get('mean_acceptance_length')}, live concurrency {r.get('live_concurrency')}",
+            f"- **verdict: {r.get('verdict')}** ({r.get('reason')}); recommended depth "
+            f"{r.get('recommended_depth')}; predicted speedup {r.get('predicted_speedup')}",
+            f"- differs from the winner: {r.get('config_differences')}",
+            "",
+        ]
+        if len(r.get("predictions") or []) > 1:
+            out += [
+                f"Predicted by job {r['job_id']}'s model (not measured):",
+                "",
+                "| k | tok/s | band | mean TPOT ms | speedup |",
+                "|---|---|---|---|---|",
+            ]
+            out += [
+                f"| {p['depth']} | {p['output_tok_per_s']:.1f} | {p['output_tok_per_s_low']:.1f}-"
+                f"{p['output_tok_per_s_high']:.1f} | {p['mean_tpot_ms']:.2f} | "
+                f"{p['speedup_vs_no_spec']:.2f}x |"
+                for p in r["predictions"]
+            ]
+            out += [""]
+    return "\n".join(out) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True)
@@ -169,6 +233,7 @@ def main() -> int:
     ap.add_argument("--workloads", nargs="+", default=["code_completion", "chat"])
     ap.add_argument("--restart", action="store_true")
     ap.add_argument("--out", default=str(REPO / "bench" / "watch_demo.json"))
+    ap.add_argument("--md", default=str(REPO / "bench" / "watch_demo.md"))
     args = ap.parse_args()
     env, model, flags, text = exported(args.db, args.job)
     srv = Server(env, model, flags, Path("/tmp/w24/demo-vllm.log"))
@@ -187,6 +252,7 @@ def main() -> int:
     finally:
         srv.stop()
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        Path(args.md).write_text(markdown(doc))
     return 0
 
 
