@@ -22,6 +22,7 @@ from tuner.watch import (
     WatchResult,
     check_url,
     load_job_model,
+    next_window,
 )
 
 __all__ = ["add_watch_parser", "render_watch"]
@@ -69,13 +70,8 @@ def render_watch(r: WatchResult) -> str:
 
 async def _loop(args: argparse.Namespace, model: WatchedJob, url: str) -> None:
     s = Scraper(url)
-    await s.scrape()
     while True:
-        end = s.scrapes[0][0] + args.interval
-        while (left := end - s.clock()) > 0:
-            await asyncio.sleep(min(args.sample, left))
-            await s.scrape()
-        r = s.result(model)
+        r = await next_window(s, model, args.interval, args.sample)
         print(json.dumps(r.model_dump()) if args.json else render_watch(r), flush=True)
         if args.once:
             return

@@ -16,7 +16,7 @@ from tuner.watch._result import (
     JobAcceptance,
     WatchResult,
 )
-from tuner.watch._run import Scraper, check_url, watch_window
+from tuner.watch._run import Scraper, check_url, next_window
 from tuner.watch._window import MIN_DRAFTS, Window, window_of
 
 __all__ = [
@@ -40,6 +40,6 @@ __all__ = [
     "check_url",
     "compare_server",
     "load_job_model",
-    "watch_window",
+    "next_window",
     "window_of",
 ]

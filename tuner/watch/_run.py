@@ -1,7 +1,7 @@
 """Scraping a server for one window: the CLI's ``watch`` and the service's poller share it.
 
-``Scraper`` keeps the scrapes of the window in progress; ``watch_window`` is one whole
-window (a scrape now, one every ``sample_s``, the last ``interval_s`` after the first).
+``Scraper`` keeps the scrapes of the window in progress; ``next_window`` is one whole
+window (from the last scrape, one every ``sample_s``, the end ``interval_s`` after it).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tuner.watch._model import WatchedJob
 from tuner.watch._result import WatchResult
 from tuner.watch._window import window_of
 
-__all__ = ["Scraper", "check_url", "watch_window"]
+__all__ = ["Scraper", "check_url", "next_window"]
 
 
 def check_url(url: str) -> str:
@@ -91,12 +91,13 @@ class Scraper:
         return r
 
 
-async def watch_window(
-    model: WatchedJob, url: str, interval_s: float, sample_s: float = 1.0
+async def next_window(
+    s: Scraper, model: WatchedJob, interval_s: float, sample_s: float = 1.0
 ) -> WatchResult:
-    """One window of ``interval_s`` seconds; LoadError when the server cannot be read."""
-    s = Scraper(url)
-    await s.scrape()
+    """The next window of ``interval_s`` seconds on ``s`` (from its last scrape, or from a
+    first one now); LoadError when the server cannot be read at its start or end."""
+    if not s.scrapes:
+        await s.scrape()
     end = s.scrapes[0][0] + interval_s
     while (left := end - s.clock()) > 0:
         await asyncio.sleep(min(sample_s, left))
