@@ -86,7 +86,7 @@ export async function jobsPage(gen) {
     h("section", { class: "card" }, form),
     h("section", { class: "card" }, h("h2", { text: "Jobs" }),
       h("table", { class: "jobs", "data-testid": "jobs-table" },
-        h("thead", {}, h("tr", {}, ...["id", "name", "state", "progress", "created"].map((t) => h("th", { scope: "col", text: t })),
+        h("thead", {}, h("tr", {}, ...["id", "name", "state", "progress", "created", "watched server"].map((t) => h("th", { scope: "col", text: t })),
           h("th", { scope: "col" }, h("span", { class: "sr-only", text: "open" })))),
         list)));
 
@@ -98,17 +98,33 @@ export async function jobsPage(gen) {
 
   async function refresh() {
     try {
-      const jobs = await api("/api/jobs", { params: { limit: 50 } });
+      const [jobs, watched] = await Promise.all([
+        api("/api/jobs", { params: { limit: 50 } }), api("/api/watches")]);
       showBanner("");
+      const byJob = {};
+      for (const w of watched.watches) (byJob[w.job_id] ||= []).push(w);
       list.replaceChildren(...jobs.items.map((j) => h("tr", { "data-job": j.id },
         h("td", {}, h("a", { href: `#/jobs/${j.id}`, text: `#${j.id}` })),
         h("td", { text: j.name }), h("td", {}, stateBadge(j.state)),
         h("td", { text: `${j.trials_done}/${j.n_trials}` }),
         h("td", { text: new Date(j.created_at).toLocaleString() }),
+        h("td", { "data-testid": "watch-verdict" }, ...watchCells(byJob[j.id] || [])),
         h("td", {}, h("a", { href: `#/jobs/${j.id}`, text: "open →" })))));
-      if (!jobs.items.length) list.replaceChildren(h("tr", {}, h("td", { colspan: 6, text: "No jobs yet." })));
+      if (!jobs.items.length) list.replaceChildren(h("tr", {}, h("td", { colspan: 7, text: "No jobs yet." })));
     } catch (err) { handle(err); }
   }
   await refresh();
   const timer = setInterval(() => (isCurrent(gen) ? refresh() : clearInterval(timer)), 2000);
+}
+
+// The latest verdict of each server watched against a job (POST /api/watches): measured
+// acceptance, judged with the job's predictions; "no window yet" until one has closed.
+function watchCells(watches) {
+  if (!watches.length) return ["—"];
+  return watches.map((w) => {
+    const why = w.error || (w.last && w.last.reason) || "no window yet";
+    return h("div", { title: why },
+      h("span", { text: `${w.verdict || "no window yet"}` }),
+      h("span", { class: "meta", text: ` · ${w.url}` }));
+  });
 }

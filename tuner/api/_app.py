@@ -24,10 +24,12 @@ from tuner.api.routes import (
     predictions,
     search_spaces,
     trials,
+    watches,
 )
 from tuner.api.settings import ServiceSettings
 from tuner.context import MeasurerFactory
 from tuner.storage import Store
+from tuner.watch import WatchPoller
 from tuner.worker import worker_from_settings
 
 __all__ = ["create_app"]
@@ -57,9 +59,14 @@ def create_app(
             worker = worker_from_settings(store, settings, measurers=measurers)
             worker.start()
         app.state.worker = worker
+        # The watches' poller: scrapes every registered server and keeps its latest verdict.
+        poller = WatchPoller(store, settings.watch_tick_s)
+        poller.start()
+        app.state.watch_poller = poller
         try:
             yield
         finally:
+            await poller.stop()
             if worker is not None:
                 await run_in_threadpool(worker.stop)
 
@@ -89,6 +96,7 @@ def create_app(
         search_spaces,
         logs,
         importance,
+        watches,
     ):
         app.include_router(r.router)
 

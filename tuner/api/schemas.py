@@ -55,6 +55,9 @@ __all__ = [
     "TrialDetail",
     "TrialPage",
     "TrialPublic",
+    "WatchCreate",
+    "WatchList",
+    "WatchPublic",
     "WinnerExport",
 ]
 
@@ -314,3 +317,32 @@ class PredictionsPublic(FrozenModel):
         description="every unlaunched depth of each proposer launched at least once; empty "
         "when the job's search is not guided or no proposer was launched yet"
     )
+
+
+class WatchCreate(FrozenModel):
+    """A deployed vLLM server to watch against the job that chose its configuration."""
+
+    url: str = Field(max_length=2000, description="the server's base URL, http(s)://HOST:PORT")
+    job_id: int = Field(ge=1, description="the job whose winner the server should run")
+    interval_s: float = Field(
+        60.0, ge=5, le=86_400, allow_inf_nan=False, description="window length in seconds"
+    )
+
+
+class WatchPublic(FrozenModel):
+    """A watch and its latest window (``last``: the same document as ``spectune watch
+    --json``; its ``predictions`` are job N's predictions, never measurements)."""
+
+    id: int
+    job_id: int
+    url: str
+    interval_s: float
+    created_at: datetime
+    checked_at: datetime | None = Field(description="when its latest window closed")
+    verdict: str | None = Field(description="latest verdict; null before the first window")
+    error: str | None = Field(description="why the latest window could not be read")
+    last: dict[str, Any] | None = Field(description="the latest window's answer")
+
+
+class WatchList(FrozenModel):
+    watches: list[WatchPublic]

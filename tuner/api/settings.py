@@ -136,6 +136,9 @@ class ServiceSettings(BaseSettings):
         "running job rides out a database restart.",
     )
     worker_poll_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    # How often the watch poller looks at its watches (a watch scrapes its server every
+    # min(5 s, interval/6) and closes a window every interval_s; SPECTUNE_WATCH_TICK_S).
+    watch_tick_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     worker_heartbeat_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     worker_stale_after_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     hosted_api_key_envs: Annotated[tuple[str, ...], NoDecode] = Field(

@@ -18,6 +18,7 @@ from tuner.cli._commands import (
     err,
 )
 from tuner.cli._tokens import add_token_parser
+from tuner.cli._watch import add_watch_parser
 from tuner.engines import EXPORT_FORMATS
 from tuner.storage import StorageError
 
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=COMMANDS["worker"])
     add_token_parser(sub, db_help)
+    add_watch_parser(sub, db_help)
     return ap
 
 

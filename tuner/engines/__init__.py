@@ -56,6 +56,13 @@ from tuner.engines._vllm_probe import (
     parse_queue_time,
     parse_spec_counters,
 )
+from tuner.engines._vllm_watch import (
+    ServedModel,
+    ServerSnapshot,
+    parse_server_snapshot,
+    read_server,
+    served_models,
+)
 
 __all__ = [
     "reap_stale",
@@ -82,7 +89,9 @@ __all__ = [
     "HostedServer",
     "SGLangProbe",
     "SGLangServer",
+    "ServedModel",
     "ServerProcess",
+    "ServerSnapshot",
     "VLLMProbe",
     "VLLMServer",
     "build_argv",
@@ -97,7 +106,10 @@ __all__ = [
     "parse_kv_cache_tokens",
     "parse_queue_time",
     "parse_sglang_spec_gauges",
+    "parse_server_snapshot",
     "parse_spec_counters",
+    "read_server",
+    "served_models",
     "render_export",
     "served_name_problem",
     "server_class",

@@ -50,6 +50,7 @@ from tuner.storage._tokens import (
     TokenNotFound,
 )
 from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound
+from tuner.storage._watches import WatchInfo, WatchModel, WatchNotFound
 
 __all__ = [
     "JOB_ENDED",
@@ -93,5 +94,8 @@ __all__ = [
     "space_refusal",
     "study_name_for",
     "upgrade",
+    "WatchInfo",
+    "WatchModel",
+    "WatchNotFound",
     "utcnow",
 ]

@@ -32,6 +32,7 @@ from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, no_retry, ret
 from tuner.storage._stored_space import SpaceRefused, StoredSpaceQueries, space_of_job
 from tuner.storage._tokens import TokenQueries
 from tuner.storage._trials import TrialQueries
+from tuner.storage._watches import WatchQueries
 
 __all__ = [
     "CancelResult",
@@ -50,7 +51,13 @@ def study_name_for(job_id: int) -> str:
 
 
 class Store(
-    TrialQueries, RecordQueries, QueueQueries, TokenQueries, CountQueries, StoredSpaceQueries
+    TrialQueries,
+    RecordQueries,
+    QueueQueries,
+    TokenQueries,
+    CountQueries,
+    StoredSpaceQueries,
+    WatchQueries,
 ):
     """SpecTune's tables and the Optuna studies beside them, in one database."""
 

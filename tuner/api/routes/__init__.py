@@ -9,6 +9,7 @@ from tuner.api.routes import (
     predictions,
     search_spaces,
     trials,
+    watches,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "predictions",
     "search_spaces",
     "trials",
+    "watches",
 ]

@@ -1,5 +1,5 @@
 """``/metrics``: the service for Prometheus (jobs by state, trials, engine launches, worker
-heartbeat ages, request latencies).
+heartbeat ages, request latencies, and each watch's latest window).
 
 Job, trial and launch numbers are counted in the database at scrape time, so every worker's
 work shows whichever process serves the scrape; latencies are this process's own. One
@@ -21,6 +21,7 @@ from tuner.api._deps import Authorized
 from tuner.api._openapi import AUTH, responses
 from tuner.states import JobState, TrialState
 from tuner.storage import Store
+from tuner.watch import SWITCH, VERDICT_CODES
 
 __all__ = ["RequestMetrics", "make_registry", "router"]
 
@@ -61,10 +62,76 @@ class _StoreCollector(Collector):
         yield beat
 
 
+# The watches' gauges, read from each watch's latest window (the README's alert example).
+# spectune_watch_verdict: 0 cannot tell yet (also: no window yet, or the server unreadable),
+# 1 still pays, 2 switch depth (spectune_watch_recommended_depth says which), 3 turn
+# speculation off.
+_WATCH_GAUGES = (
+    ("acceptance_rate", "spectune_watch_acceptance_rate", "Live acceptance rate (measured)."),
+    (
+        "mean_acceptance_length",
+        "spectune_watch_mean_acceptance_length",
+        "Live mean acceptance length, bonus token included (measured).",
+    ),
+    (
+        "live_concurrency",
+        "spectune_watch_live_concurrency",
+        "Mean running requests over the latest window (measured).",
+    ),
+    (
+        "predicted_speedup",
+        "spectune_watch_predicted_speedup",
+        "The server's depth over no speculation on the job's first objective, predicted by "
+        "the job's model at the live acceptance (not measured).",
+    ),
+    (
+        "recommended_depth",
+        "spectune_watch_recommended_depth",
+        "Best predicted depth at the live acceptance (0: no speculation).",
+    ),
+)
+
+
+class _WatchCollector(Collector):
+    """Each watch's latest window as gauges labelled by watch id, job and URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def collect(self) -> Iterator[Metric]:
+        watches = Store(self.url).watches()
+        labels = ["watch", "job", "url"]
+        verdict = GaugeMetricFamily(
+            "spectune_watch_verdict",
+            "Latest verdict: 0 cannot tell yet, 1 still pays, 2 switch depth, 3 turn "
+            "speculation off.",
+            labels=labels,
+        )
+        up = GaugeMetricFamily(
+            "spectune_watch_up", "1 when the latest scrape of the server worked.", labels=labels
+        )
+        fams = {
+            key: GaugeMetricFamily(name, doc, labels=labels) for key, name, doc in _WATCH_GAUGES
+        }
+        for w in watches:
+            lv = [str(w.id), str(w.job_id), w.url]
+            v = w.verdict or ""
+            verdict.add_metric(lv, VERDICT_CODES.get(SWITCH if v.startswith(SWITCH) else v, 0))
+            up.add_metric(lv, 0.0 if w.last_error else 1.0)
+            last = w.last_result or {}
+            for key, fam in fams.items():
+                if isinstance(last.get(key), int | float) and not w.last_error:
+                    fam.add_metric(lv, float(last[key]))
+        yield verdict
+        yield up
+        yield from fams.values()
+
+
 def make_registry(database_url: str) -> tuple[CollectorRegistry, Histogram]:
     """The app's registry and its request-latency histogram."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StoreCollector(database_url))
+    registry.register(_WatchCollector(database_url))
     latency = Histogram(
         "spectune_http_request_duration_seconds",
         "Request latency by method, route template and status.",

@@ -1,0 +1,19 @@
+"""A finished job to watch against: the guided job that replays the FAKE chain-model surface
+(tests/search/chain_surface.py; its winner is n-gram k=4 at concurrency 1 and 4). Nothing in
+it was measured by anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.api.test_predictions import guided_replay_job
+
+
+@pytest.fixture(scope="session")
+def watched_job(tmp_path_factory) -> tuple[str, int, Path]:
+    """(database URL, job id, folder) of the FAKE job."""
+    root = tmp_path_factory.mktemp("watched")
+    url = f"sqlite:///{root / 'watch.db'}"
+    return url, guided_replay_job(root, url), root
