@@ -2,8 +2,16 @@
 equivalent configurations, depth predictions and pruning."""
 
 from tuner.search._classes import canonical, kv_need_tokens, memory_family
-from tuner.search._depth import DepthPoint, Prediction, predict_depth, tau
+from tuner.search._depth import (
+    PREDICTED_METRICS,
+    DepthPoint,
+    Prediction,
+    predict_depth,
+    predict_from_baseline,
+    tau,
+)
 from tuner.search._guide import Proposal, family_key, propose
+from tuner.search._offline import StepCost, step_costs
 from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, ObjectivePoint, dominated_by, interval_text
 from tuner.search._start import StartPoints
@@ -11,6 +19,7 @@ from tuner.search._strategy import GUIDE_ATTR, SearchStrategy
 
 __all__ = [
     "GUIDE_ATTR",
+    "PREDICTED_METRICS",
     "DepthPoint",
     "DominancePruner",
     "ObjectivePoint",
@@ -19,6 +28,7 @@ __all__ = [
     "Proposal",
     "SearchStrategy",
     "StartPoints",
+    "StepCost",
     "canonical",
     "dominated_by",
     "family_key",
@@ -26,6 +36,8 @@ __all__ = [
     "kv_need_tokens",
     "memory_family",
     "predict_depth",
+    "predict_from_baseline",
     "propose",
+    "step_costs",
     "tau",
 ]

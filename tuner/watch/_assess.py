@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.engines import ServedModel, ServerSnapshot
-from tuner.search import DepthPoint, tau
-from tuner.search._offline import predict_from_baseline
+from tuner.search import DepthPoint, predict_from_baseline, tau
 from tuner.watch._compare import compare_server
 from tuner.watch._model import LevelModel, WatchedJob
 from tuner.watch._result import (

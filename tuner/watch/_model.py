@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.pareto import Point, job_report
-from tuner.search import DepthPoint, tau
-from tuner.search._depth import PREDICTED_METRICS
-from tuner.search._offline import StepCost, step_costs
+from tuner.search import PREDICTED_METRICS, DepthPoint, StepCost, step_costs, tau
 from tuner.space import SearchSpace
 from tuner.storage import Store, space_of_job
 
