@@ -76,6 +76,19 @@ def train_tokenizer(texts: list[str], vocab_size: int, out: Path):
     return tok
 
 
+# The tiny models' chat template, in the "### System/User/Assistant" style of the built-in
+# chat set: chat workloads reach the engine through it (vLLM applies it; SpecTune never does).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] in ('system', 'developer') %}{{ '### System: ' + m['content'] + '\\n' }}"
+    "{% elif m['role'] == 'user' %}{{ '### User: ' + m['content'] + '\\n' }}"
+    "{% elif m['role'] == 'assistant' %}"
+    "{{ '### Assistant:\\n' + m['content'] + eos_token + '\\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '### Assistant:\\n' }}{% endif %}"
+)
+
+
 def write_tokenizer_files(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "tokenizer.json").write_bytes((src / "tokenizer.json").read_bytes())
@@ -88,6 +101,7 @@ def write_tokenizer_files(src: Path, dst: Path) -> None:
         "model_max_length": 1024,
         "add_bos_token": False,
         "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
     }
     (dst / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (dst / "special_tokens_map.json").write_text(

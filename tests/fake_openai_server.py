@@ -1,7 +1,9 @@
 """FAKE OpenAI-compatible engine for unit tests only. It measures nothing real.
 
 Speaks just enough of vLLM's server for SpecTune's client: ``/health``, streaming
-``/v1/completions`` with ``usage``, and ``/metrics`` with vLLM's spec-decode counter names.
+``/v1/completions`` and ``/v1/chat/completions`` with ``usage`` (a prompt's tokens are its
+bytes; chat messages go through a FAKE template, ``[role] content`` lines, so a chat prompt
+counts more tokens than its text), and ``/metrics`` with vLLM's spec-decode counter names.
 It accepts vLLM's command-line flags so the study can launch it in place of the real engine.
 Behaviour knobs (flags of this fake, not vLLM's):
 
@@ -21,7 +23,8 @@ Non-streamed requests answer with ``token_ids`` (``return_token_ids``; greedy on
 deterministic function of the prompt, so a baseline and a speculative fake agree unless
 --fake-lossy; sampled ones (temperature > 0, ``n`` choices, sample i seeded ``seed + i``)
 draw each token from a fixed distribution, which --fake-lossy with speculation skews.
-``GET /fake/seen`` lists the sampling fields every completion request carried.
+``GET /fake/seen`` lists the sampling fields every completion request carried, and
+``GET /fake/chats`` the messages of every chat request.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class FakeEngine:
         self.rng = random.Random(0)
         self.resets = 0
         self.seen: list[dict] = []  # sampling fields of every completion request
+        self.chats: list[list[dict]] = []  # messages of every chat request
 
     def step(self) -> int:
         """One engine step: returns tokens committed (1 + accepted drafts)."""
@@ -89,6 +93,14 @@ class FakeEngine:
 
     async def seen_sampling(self, _req: web.Request) -> web.Response:
         return web.json_response(self.seen)
+
+    async def seen_chats(self, _req: web.Request) -> web.Response:
+        return web.json_response(self.chats)
+
+    @staticmethod
+    def template(messages: list[dict]) -> str:
+        """The FAKE chat template: a line a message, then the assistant's cue."""
+        return "".join(f"[{m['role']}] {m['content']}\n" for m in messages) + "[assistant] "
 
     def sampled_ids(self, prompt: str, max_tokens: int, seed: int) -> list[int]:
         """One sampled continuation: token j is base + one of 4 offsets; a lossy speculative
@@ -136,8 +148,23 @@ class FakeEngine:
                 )
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
-    async def completions(self, req: web.Request) -> web.StreamResponse:
+    async def chat_completions(self, req: web.Request) -> web.StreamResponse:
         body = await req.json()
+        if len(self.chats) < 10_000:
+            self.chats.append(body.get("messages") or [])
+        body["max_tokens"] = body.get("max_completion_tokens", body.get("max_tokens", 16))
+        return await self.completions(req, body, self.template(body.get("messages") or []))
+
+    async def completions(
+        self, req: web.Request, body: dict | None = None, chat: str | None = None
+    ) -> web.StreamResponse:
+        """Completions; a chat request (``chat``: its templated prompt) answers in chat's
+        shapes: a role chunk first, ``delta.content``, ``message``, top-level prompt ids."""
+        body = body if body is not None else await req.json()
+        prompt = chat if chat is not None else body["prompt"]
+        if isinstance(prompt, list):  # token ids (vLLM takes them as a prompt)
+            prompt = bytes(t % 256 for t in prompt).decode("latin-1")
+        prompt_tokens = len(prompt.encode())
         want = getattr(self.args, "fake_require_key", None)
         if want and req.headers.get("Authorization") != f"Bearer {want}":
             return web.json_response({"error": "invalid api key"}, status=401)
@@ -154,28 +181,38 @@ class FakeEngine:
                     "index": i,
                     "text": " tok" * max_tokens,
                     "token_ids": self.sampled_ids(
-                        body["prompt"],
+                        prompt,
                         max_tokens,
                         seed + i if seed is not None else random.getrandbits(32),
                     ),
                 }
                 for i in range(n)
             ]
-            usage = {"prompt_tokens": 10, "completion_tokens": n * max_tokens}
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n * max_tokens}
+            if chat is not None:
+                for c in choices:
+                    c["message"] = {"role": "assistant", "content": c.pop("text")}
             return web.json_response({"choices": choices, "usage": usage})
         if not body.get("stream"):
-            seed = sum(body["prompt"].encode()) % 1000
+            seed = sum(prompt.encode()) % 1000
             ids = [(seed + i) % 4096 for i in range(max_tokens)]
             if self.spec and self.args.fake_lossy:
                 ids = [(t + 1) % 4096 if i >= max_tokens // 2 else t for i, t in enumerate(ids)]
             choice = {"index": 0, "text": " tok" * max_tokens, "token_ids": ids}
-            if body.get("return_token_ids"):
-                choice["prompt_token_ids"] = [b % 4096 for b in body["prompt"].encode()]
-            usage = {"prompt_tokens": 10, "completion_tokens": max_tokens}
-            return web.json_response({"choices": [choice], "usage": usage})
+            answer: dict = {"choices": [choice]}
+            prompt_ids = [b % 4096 for b in prompt.encode()]
+            if chat is not None:
+                choice["message"] = {"role": "assistant", "content": choice.pop("text")}
+                if body.get("return_token_ids"):
+                    answer["prompt_token_ids"] = prompt_ids
+            elif body.get("return_token_ids"):
+                choice["prompt_token_ids"] = prompt_ids
+            answer["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}
+            return web.json_response(answer)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(req)
         produced = chunks = 0
+        role_sent = chat is None
         while produced < max_tokens:
             await asyncio.sleep(self.args.fake_token_ms / 1000.0)
             n = self.step()
@@ -191,9 +228,20 @@ class FakeEngine:
                 return resp
             empty = getattr(self.args, "fake_empty_text_chunks", 0)  # the SGLang fake has none
             text = "" if chunks <= empty else " tok" * n
-            data = {"choices": [{"index": 0, "text": text}], "usage": None}
+            choice: dict = {"index": 0, "text": text}
+            if not role_sent:  # vLLM's chat: the role chunk, just before the first token's
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+                await resp.write(f"data: {json.dumps({'choices': [role]})}\n\n".encode())
+                role_sent = True
+            if chat is not None:
+                choice = {"index": 0, "delta": {"content": text}}
+            data = {"choices": [choice], "usage": None}
             await resp.write(f"data: {json.dumps(data)}\n\n".encode())
-        usage = {"prompt_tokens": 10, "completion_tokens": produced, "total_tokens": 10 + produced}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": produced,
+            "total_tokens": prompt_tokens + produced,
+        }
         await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -215,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     app.router.add_get("/metrics", eng.metrics)
     app.router.add_post("/reset_prefix_cache", eng.reset_prefix_cache)
     app.router.add_get("/fake/seen", eng.seen_sampling)
+    app.router.add_get("/fake/chats", eng.seen_chats)
     app.router.add_post("/v1/completions", eng.completions)
+    app.router.add_post("/v1/chat/completions", eng.chat_completions)
     print(f"fake engine on {args.host}:{args.port}", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None)
 

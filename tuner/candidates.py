@@ -198,4 +198,5 @@ def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
         device=e.device,
         dtype=e.dtype,
         extra_args=tuple(e.extra_args),
+        chat_template=space.resolve(e.chat_template) if e.chat_template else None,
     )

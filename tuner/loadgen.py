@@ -1,4 +1,6 @@
-"""Async streaming load generator for an OpenAI-compatible ``/v1/completions`` endpoint.
+"""Async streaming load generator for an OpenAI-compatible server: raw text to
+``/v1/completions``, conversations to ``/v1/chat/completions`` (the engine applies the model's
+chat template), a conversation's turns one after the other with the model's own replies.
 
 Closed loop: ``concurrency`` workers each keep one request in flight. Open loop: requests
 arrive as a Poisson process at ``request_rate`` per second (seeded), whether or not earlier
@@ -23,9 +25,11 @@ from typing import Any, Protocol
 import aiohttp
 
 from tuner.metrics import GREEDY, LoadError, Measurement, RequestResult, WindowReading, summarize
-from tuner.workloads import Prompt
+from tuner.workloads import Message, Prompt, as_messages
 
 __all__ = [
+    "CHAT_PATH",
+    "COMPLETIONS_PATH",
     "LoadError",
     "Probe",
     "measure",
@@ -44,25 +48,45 @@ class Probe(Protocol):
     async def reset_prefix_cache(self, base_url: str) -> bool: ...
 
 
+COMPLETIONS_PATH = "/v1/completions"
+CHAT_PATH = "/v1/chat/completions"
+
+
 @dataclass(frozen=True)
 class _Req:
-    prompt: str
+    """One workload entry as it is sent: a raw text or a conversation (``Prompt``), its
+    output length, the workload's sampling and, for chat, its extra request fields."""
+
+    prompt: Prompt
     max_tokens: int
     sampling: dict[str, Any] = field(default_factory=lambda: dict(GREEDY))
+    chat_extra: dict[str, Any] = field(default_factory=dict)
 
 
-async def stream_completion(
-    session: aiohttp.ClientSession, url: str, model: str, req: _Req, timeout_s: float
+def _body(model: str, req: _Req, messages: Sequence[Message] | None) -> dict[str, Any]:
+    common = {**req.sampling, "ignore_eos": True, "stream": True}
+    common["stream_options"] = {"include_usage": True}
+    if messages is None:
+        return {"model": model, "prompt": req.prompt.prompt, "max_tokens": req.max_tokens} | common
+    body = {"model": model, "messages": as_messages(messages)} | req.chat_extra
+    return body | {"max_completion_tokens": req.max_tokens} | common
+
+
+def _piece(choice: dict[str, Any], chat: bool) -> str | None:
+    """The text one streamed choice carries; None for chat's role announcement (sent just
+    before the first token's chunk, it is no decode step)."""
+    if not chat:
+        return choice.get("text") or ""
+    delta = choice.get("delta") or {}
+    content = delta.get("content")
+    if "role" in delta and not content and not choice.get("finish_reason"):
+        return None
+    return content or ""
+
+
+async def _stream(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], chat: bool, timeout_s: float
 ) -> RequestResult:
-    body = {
-        "model": model,
-        "prompt": req.prompt,
-        "max_tokens": req.max_tokens,
-        **req.sampling,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
     t0 = time.perf_counter()
     ttft = None
     last = t0
@@ -96,7 +120,8 @@ async def stream_completion(
                     if obj.get("usage"):
                         usage = obj["usage"]
                     choices = obj.get("choices") or []
-                    if choices:
+                    piece = _piece(choices[0], chat) if choices else None
+                    if piece is not None:
                         # As vLLM's benchmark: every chunk with a choice is a step, whether
                         # or not its text is empty (a token can print nothing yet), and
                         # whether it carries one token or several.
@@ -107,7 +132,6 @@ async def stream_completion(
                             itl.append(now - last)
                         last = now
                         chunks += 1
-                        piece = choices[0].get("text") or ""
                         empty += not piece
                         text.append(piece)
     except TimeoutError:
@@ -136,6 +160,35 @@ async def stream_completion(
     )
 
 
+async def stream_completion(
+    session: aiohttp.ClientSession, base_url: str, model: str, req: _Req, timeout_s: float
+) -> list[RequestResult]:
+    """Every request of one workload entry, streamed: a raw text's one request to
+    ``/v1/completions``; a conversation's turns to ``/v1/chat/completions`` one after the
+    other, each carrying the earlier turns with the model's own replies. A failed turn ends
+    its conversation: the turns it would have led to count as failed too."""
+    root = base_url.rstrip("/")
+    p = req.prompt
+    if not p.chat:
+        return [
+            await _stream(
+                session, root + COMPLETIONS_PATH, _body(model, req, None), False, timeout_s
+            )
+        ]
+    messages = list(p.messages)
+    out: list[RequestResult] = []
+    for turn in range(p.turns):
+        if turn:
+            messages += [("assistant", out[-1].text), ("user", p.followups[turn - 1])]
+        r = await _stream(session, root + CHAT_PATH, _body(model, req, messages), True, timeout_s)
+        out.append(r)
+        if not r.ok:
+            why = f"an earlier turn of its conversation failed: {r.error}"[:200]
+            out += [RequestResult(ok=False, error=why) for _ in range(p.turns - turn - 1)]
+            break
+    return out
+
+
 async def run_requests(
     base_url: str,
     model: str,
@@ -147,13 +200,14 @@ async def run_requests(
     seed: int = 0,
     headers: dict[str, str] | None = None,
 ) -> tuple[list[RequestResult], float]:
-    """Send ``reqs``; returns results in request order and the wall time.
+    """Send ``reqs``; returns results in request order (a conversation's turns in turn
+    order) and the wall time.
 
-    Closed loop when ``request_rate`` is None, else Poisson arrivals at that rate.
+    Closed loop when ``request_rate`` is None, else Poisson arrivals at that rate (of
+    conversations: a worker keeps one request of one conversation in flight).
     ``headers`` (a hosted endpoint's Authorization) go on every request, never in a result.
     """
-    url = base_url.rstrip("/") + "/v1/completions"
-    results: list[RequestResult | None] = [None] * len(reqs)
+    results: list[list[RequestResult] | None] = [None] * len(reqs)
     conn = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     async with aiohttp.ClientSession(connector=conn, headers=headers) as session:
         t0 = time.perf_counter()
@@ -165,7 +219,9 @@ async def run_requests(
                 while nxt < len(reqs):
                     i = nxt
                     nxt += 1
-                    results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
+                    results[i] = await stream_completion(
+                        session, base_url, model, reqs[i], timeout_s
+                    )
 
             await asyncio.gather(*(worker() for _ in range(min(concurrency, len(reqs)))))
         else:
@@ -174,7 +230,9 @@ async def run_requests(
 
             async def one(i: int) -> None:
                 async with gate:
-                    results[i] = await stream_completion(session, url, model, reqs[i], timeout_s)
+                    results[i] = await stream_completion(
+                        session, base_url, model, reqs[i], timeout_s
+                    )
 
             tasks = []
             for i in range(len(reqs)):
@@ -182,7 +240,7 @@ async def run_requests(
                 await asyncio.sleep(rng.expovariate(request_rate))
             await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
-    return [r for r in results if r is not None], wall
+    return [r for rs in results if rs is not None for r in rs], wall
 
 
 def _expand(
@@ -190,12 +248,14 @@ def _expand(
     n: int,
     default_max_tokens: int,
     sampling: dict[str, Any] | None = None,
+    chat_extra: dict[str, Any] | None = None,
 ) -> list[_Req]:
     if not prompts:
         raise LoadError("the workload has no prompts")
     s = dict(sampling or GREEDY)
+    extra = dict(chat_extra or {})
     return [
-        _Req(p.prompt, p.max_tokens or default_max_tokens, s)
+        _Req(p, p.max_tokens or default_max_tokens, s, extra)
         for p in (prompts[i % len(prompts)] for i in range(n))
     ]
 
@@ -219,6 +279,7 @@ async def measure(
     passes: int = 1,
     reset_between_passes: bool = False,
     sampling: dict[str, Any] | None = None,
+    chat_extra: dict[str, Any] | None = None,
 ) -> Measurement:
     """Warm up, then one measured window; ``probe`` (the engine's, from ``tuner.engines``)
     wraps the window and says what the engine counted in it: acceptance and queue time (a
@@ -228,13 +289,14 @@ async def measure(
     one pass after the other (emptying the prefix cache between passes when asked), and is
     timed as their sum: a longer window with the same prompt mix, whatever the speed.
     ``sampling`` (the workload's settings, greedy when None) goes on every request, warm-up
-    included."""
+    included; ``chat_extra`` (the workload's chat_template_kwargs) goes on every chat request.
+    ``num_requests`` counts workload entries: a conversation sends one request per turn."""
     if warmup_requests:
-        warm = _expand(prompts, warmup_requests, max_tokens, sampling)
+        warm = _expand(prompts, warmup_requests, max_tokens, sampling, chat_extra)
         await run_requests(
             base_url, model, warm, min(concurrency, len(warm)), timeout_s, headers=headers
         )
-    reqs = _expand(prompts, num_requests, max_tokens, sampling)
+    reqs = _expand(prompts, num_requests, max_tokens, sampling, chat_extra)
     results: list[RequestResult] = []
     wall = 0.0
     async with probe.window(base_url) as reading:
@@ -262,4 +324,5 @@ async def measure(
         spec=reading.spec,
         mean_queue_ms=reading.mean_queue_ms,
         request_rate_per_s=request_rate,
+        endpoint="chat" if prompts[0].chat else "completions",
     )

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "GREEDY",
@@ -133,6 +133,11 @@ class Measurement(BaseModel):
 
     workload: str
     concurrency: int
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions",
+        description="completions: raw text to /v1/completions; chat: /v1/chat/completions "
+        "through the model's chat template (points stored before it existed were raw)",
+    )
     num_requests: int
     num_ok: int
     num_failed: int
@@ -158,6 +163,11 @@ class Measurement(BaseModel):
     p90_e2e_ms: float | None
     p99_e2e_ms: float | None
     mean_queue_ms: float | None = None
+    prompt_tokens_mean: float | None = Field(
+        None,
+        description="Mean prompt tokens per successful request as the engine counted them "
+        "(its usage): with chat, the template's tokens and earlier turns included",
+    )
     request_rate_per_s: float | None = None
     stream_chunks: int = 0  # streamed chunks with a choice, over every request
     empty_text_chunks: int = 0  # of those, chunks with empty text (tokens that print nothing)
@@ -204,6 +214,7 @@ def summarize(
     spec: SpecStats | None = None,
     mean_queue_ms: float | None = None,
     request_rate_per_s: float | None = None,
+    endpoint: Literal["completions", "chat"] = "completions",
 ) -> Measurement:
     if duration_s <= 0:
         raise ValueError("duration_s must be positive")
@@ -255,6 +266,8 @@ def summarize(
         errors=errors,
         mean_queue_ms=mean_queue_ms,
         request_rate_per_s=request_rate_per_s,
+        endpoint=endpoint,
+        prompt_tokens_mean=(sum(r.prompt_tokens for r in ok) / len(ok)) if ok else None,
         ttft_ms_values=[round(r.ttft_s * 1000.0, 3) for r in ok],
         tpot_ms_values=[round(t * 1000.0, 3) for t in tpots],
         e2e_ms_values=[round(r.e2e_s * 1000.0, 3) for r in ok],

@@ -251,6 +251,8 @@ def preflight(cfg: EngineConfig, *, memory_bytes: int | None = -1) -> MemoryEsti
         raise PreflightError(f"engine.model: {cfg.model} is not a local model folder")
     tcfg = _read_json(target / "config.json", "engine.model")
     _vocab(target, tcfg, "engine.model")
+    if cfg.chat_template and not Path(cfg.chat_template).is_file():
+        raise PreflightError(f"engine.chat_template: {cfg.chat_template} is not a file")
     spec = cfg.speculative_config or {}
     method = spec.get("method")
     if method == "draft_model":

@@ -154,6 +154,9 @@ def aggregate(repeats: Sequence[Measurement], *, remeasured: int = 0) -> dict[st
         round(out["output_tokens"] / out["stream_chunks"], 3) if out["stream_chunks"] else None
     )
     out["multi_token_chunks"] = any(r.get("multi_token_chunks") for r in runs)
+    prompt_tokens = [v for r in runs if (v := r.get("prompt_tokens_mean")) is not None]
+    if prompt_tokens:
+        out["prompt_tokens_mean"] = float(np.mean(prompt_tokens))
     out["errors"] = sorted({e for r in runs for e in r.get("errors", [])})[:5]
     if runs[0].get("per_position_acceptance"):
         k = len(runs[0]["per_position_acceptance"])

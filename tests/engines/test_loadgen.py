@@ -158,7 +158,9 @@ def test_open_loop_poisson_arrivals(tmp_path):
 def test_greedy_token_ids_and_prefix_reset(tmp_path):
     probe = VLLMProbe()
     with _fake(tmp_path) as srv:
-        ids = asyncio.run(probe.greedy_token_ids(srv.base_url, "fake", ["a", "b"], 5))
+        ids = asyncio.run(
+            probe.greedy_token_ids(srv.base_url, "fake", [Prompt("a"), Prompt("b")], 5)
+        )
         assert asyncio.run(probe.reset_prefix_cache(srv.base_url)) is True
     assert [len(x) for x in ids] == [5, 5] and ids[0] != ids[1]
 
@@ -186,7 +188,9 @@ def test_hosted_probe_makes_no_request(monkeypatch):
 
     assert asyncio.run(window()) == (None, None)
     assert asyncio.run(probe.reset_prefix_cache("http://127.0.0.1:9")) is False
-    ids = asyncio.run(probe.greedy_token_ids("http://127.0.0.1:9", "m", ["a", "b"], 4))
+    ids = asyncio.run(
+        probe.greedy_token_ids("http://127.0.0.1:9", "m", [Prompt("a"), Prompt("b")], 4)
+    )
     assert ids == [None, None]
 
 
@@ -224,7 +228,9 @@ def test_sglang_probe_samples_gauges_and_uses_native_endpoints(tmp_path):
     probe = SGLangProbe()
     with _sglang(tmp_path, "--fake-acceptance", "1.0") as srv:
         m = _measure(srv)
-        ids = asyncio.run(probe.greedy_token_ids(srv.base_url, "fake", ["a", "b"], 5))
+        ids = asyncio.run(
+            probe.greedy_token_ids(srv.base_url, "fake", [Prompt("a"), Prompt("b")], 5)
+        )
         assert asyncio.run(probe.reset_prefix_cache(srv.base_url)) is True  # /flush_cache
     assert m.num_ok == 6
     # every draft accepted: the gauges say length k + 1 and rate 1 (a running average)
@@ -242,3 +248,89 @@ def test_sglang_probe_falls_back_to_server_info(tmp_path):
     assert m.num_failed == 0
     assert m.mean_acceptance_length is not None and m.mean_acceptance_length > 1.0
     assert m.acceptance_rate is None  # /server_info has no rate
+
+
+CHATS = [
+    Prompt("", None, (("system", "Be terse."), ("user", "def f(x):\n")), ("and g?",)),
+    Prompt("", 8, (("user", "import os\n"),)),
+]
+
+
+def test_chat_conversations_carry_the_models_own_replies(tmp_path):
+    """Chat entries go to /v1/chat/completions; a conversation's second turn carries the
+    first turn's reply as the model streamed it; chat's role chunk is no decode step; the
+    engine's prompt token counts (template included) are stored with the endpoint."""
+    with _fake(tmp_path) as srv:
+        raw = _measure(srv, concurrency=1, num_requests=2, warmup_requests=0)
+        chat = asyncio.run(
+            measure(
+                srv.base_url,
+                "fake",
+                CHATS,
+                workload="c",
+                concurrency=1,
+                num_requests=2,
+                max_tokens=20,
+                warmup_requests=0,
+                timeout_s=10,
+                probe=srv.probe,
+                chat_extra={"chat_template_kwargs": {"enable_thinking": False}},
+            )
+        )
+        seen = asyncio.run(_get_json(srv.base_url + "/fake/chats"))
+    assert raw.endpoint == "completions" and chat.endpoint == "chat"
+    # three requests: both turns of the first conversation, then the second's one
+    assert chat.num_requests == 3 and chat.num_ok == 3
+    assert chat.output_tokens == 20 + 20 + 8 and chat.stream_chunks == 48
+    assert seen[0] == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "def f(x):\n"},
+    ]
+    assert seen[1] == [*seen[0], {"role": "assistant", "content": " tok" * 20}] + [
+        {"role": "user", "content": "and g?"}
+    ]
+    assert chat.prompt_tokens_mean > raw.prompt_tokens_mean
+
+
+async def _get_json(url: str):
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return await r.json()
+
+
+def test_a_failed_turn_fails_the_rest_of_its_conversation(tmp_path):
+    with _fake(tmp_path, None, "--fake-http-error", "500") as srv:
+        m = asyncio.run(
+            measure(
+                srv.base_url,
+                "fake",
+                CHATS[:1],
+                workload="c",
+                concurrency=1,
+                num_requests=1,
+                max_tokens=4,
+                warmup_requests=0,
+                timeout_s=10,
+                probe=srv.probe,
+            )
+        )
+    assert m.num_requests == 2 and m.num_failed == 2
+    assert any("an earlier turn of its conversation failed" in e for e in m.errors)
+
+
+def test_chat_ids_are_the_engines_templated_ones_every_turn(tmp_path):
+    """Greedy ids of a chat prompt come from the chat endpoint (the templated prompt's ids,
+    as the engine counted them); a conversation gives one sequence a turn, each output the
+    depth past its limit, the later turn's prompt carrying the first reply."""
+    with _fake(tmp_path) as srv:
+        probe = srv.probe
+        ids = asyncio.run(probe.greedy_token_ids(srv.base_url, "fake", CHATS, 5))
+        seqs = asyncio.run(probe.token_sequences(srv.base_url, "fake", CHATS, [6, 8], 3))
+    assert all(i is not None and len(i) == 5 for i in ids)
+    first, second = seqs
+    assert [len(t) for t in (first, second)] == [2, 1]
+    (p1, o1, n1), (p2, o2, n2) = first
+    assert (n1, n2, len(o1), len(o2)) == (6, 6, 9, 9)
+    template = "[system] Be terse.\n[user] def f(x):\n\n[assistant] "
+    assert p1 == [b % 4096 for b in template.encode()]
+    assert len(p2) > len(p1) + len(" tok" * 6)
+    assert SGLangProbe.chat_path is None  # its chat API answers no ids: checks go without

@@ -3,7 +3,10 @@ baseline's own greedy outputs, priced offline, against the per-position acceptan
 counters give when the same prompts are served speculatively (greedy, concurrency 1).
 
 Three launches of about 30 s each. Within 0.03 (absolute) at every position for n-gram and
-the draft model (the issue's bar); n-gram replays vLLM's rule on the engine's own tokens."""
+the draft model (the issue's bar); n-gram replays vLLM's rule on the engine's own tokens.
+The chat case sends two-turn conversations through the tiny target's chat template: the
+baseline's templated ids of every turn (the second carrying the model's own first reply)
+price n-gram, against the counters of the same conversations served speculatively."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from tests.helpers import TINY, vllm_available
 from tuner.engines import EngineConfig, VLLMServer
 from tuner.loadgen import _Req, run_requests
 from tuner.offline import TokenSequence, price_proposers
-from tuner.workloads import builtin_path, read_jsonl
+from tuner.workloads import Prompt, builtin_path, read_jsonl
 
 pytestmark = [
     pytest.mark.engine,
@@ -47,7 +50,7 @@ def _server(tmp_path, spec: dict[str, Any] | None, name: str, model: str = "targ
     return VLLMServer(cfg, tmp_path / f"{name}.log", cache_root=tmp_path / "cache")
 
 
-def _served(srv: VLLMServer, prompts: list[str]) -> list[float]:
+def _served(srv: VLLMServer, prompts: list[Prompt]) -> list[float]:
     async def go():
         async with srv.probe.window(srv.base_url) as reading:
             got, _ = await run_requests(
@@ -61,12 +64,33 @@ def _served(srv: VLLMServer, prompts: list[str]) -> list[float]:
     return list(spec.per_position_acceptance)
 
 
-def test_offline_acceptance_matches_vllms_counters(tmp_path):
-    prompts = [p.prompt for p in read_jsonl(builtin_path("code_completion"))[:12]]
-    with _server(tmp_path, None, "base") as srv:
-        got = asyncio.run(srv.probe.token_sequences(srv.base_url, "tiny", prompts, MAX_TOKENS + K))
+def _check(name: str, offline: Any, engine: list[float]) -> None:
+    print(name, "offline", [round(x, 3) for x in offline], "engine", [round(x, 3) for x in engine])
+    assert len(engine) == K
+    for i, (o, e) in enumerate(zip(offline, engine, strict=True)):
+        assert abs(o - e) <= 0.03, (name, i + 1, o, e)
+
+
+def _baseline(
+    tmp_path, prompts: list[Prompt], model: str = "target", name: str = "base"
+) -> list[TokenSequence]:
+    with _server(tmp_path, None, f"{name}-{model}", model) as srv:
+        got = asyncio.run(
+            srv.probe.token_sequences(
+                srv.base_url, "tiny", prompts, [MAX_TOKENS] * len(prompts), K
+            )
+        )
     assert all(g is not None for g in got)
-    seqs = [TokenSequence(tuple(p), tuple(o)) for p, o in got]  # type: ignore[misc]
+    return [TokenSequence(tuple(p), tuple(o), n) for turns in got for p, o, n in turns]  # type: ignore[union-attr]
+
+
+def _code(n: int = 12) -> list[Prompt]:
+    return read_jsonl(builtin_path("code_completion"))[:n]
+
+
+def test_offline_acceptance_matches_vllms_counters(tmp_path):
+    prompts = _code()
+    seqs = _baseline(tmp_path, prompts)
     prices = price_proposers(
         {"ngram": NGRAM, "draft": {**DRAFT, "draft": str(TINY / "draft")}},
         seqs,
@@ -76,18 +100,24 @@ def test_offline_acceptance_matches_vllms_counters(tmp_path):
     assert prices.seconds < 30, "under a tenth of a launch on the default"
     for name, spec in (("ngram", NGRAM), ("draft", DRAFT)):
         with _server(tmp_path, spec, name) as srv:
-            engine = _served(srv, prompts)
-        offline = prices.get(name, K).per_position_acceptance
-        print(
-            name,
-            "offline",
-            [round(x, 3) for x in offline],
-            "engine",
-            [round(x, 3) for x in engine],
-        )
-        assert len(engine) == K
-        for i, (o, e) in enumerate(zip(offline, engine, strict=True)):
-            assert abs(o - e) <= 0.03, (name, i + 1, o, e)
+            _check(name, prices.get(name, K).per_position_acceptance, _served(srv, prompts))
+
+
+def test_chat_conversations_priced_on_their_templated_ids(tmp_path):
+    """Two-turn conversations through the tiny target's chat template: the baseline's ids
+    are the engine's templated ones (longer than the raw text's), every turn priced."""
+    code = _code(12)
+    chats = [
+        Prompt("", None, (("user", a.prompt),), (b.prompt,))
+        for a, b in zip(code[:6], code[6:], strict=True)
+    ]
+    seqs = _baseline(tmp_path, chats, name="chat")
+    assert len(seqs) == 12  # two turns each
+    raw = _baseline(tmp_path, code[:6])
+    assert all(len(c.prompt) > len(r.prompt) for c, r in zip(seqs[::2], raw, strict=True))
+    prices = price_proposers({"ngram": NGRAM}, seqs, MAX_TOKENS, max_model_len=512)
+    with _server(tmp_path, NGRAM, "ngram-chat") as srv:
+        _check("ngram chat", prices.get("ngram", K).per_position_acceptance, _served(srv, chats))
 
 
 EAGLE = {"method": "eagle", "num_speculative_tokens": K, "model": str(TINY / "eagle")}
@@ -95,19 +125,12 @@ EAGLE3 = {"method": "eagle3", "num_speculative_tokens": K, "model": str(TINY / "
 MTP = {"method": "mtp", "num_speculative_tokens": K}
 
 
-def _baseline(tmp_path, prompts: list[str], model: str) -> list[TokenSequence]:
-    with _server(tmp_path, None, f"base-{model}", model) as srv:
-        got = asyncio.run(srv.probe.token_sequences(srv.base_url, "tiny", prompts, MAX_TOKENS + K))
-    assert all(g is not None for g in got)
-    return [TokenSequence(tuple(p), tuple(o)) for p, o in got]  # type: ignore[misc]
-
-
 def test_heads_offline_acceptance_against_vllms_counters(tmp_path):
     """EAGLE, EAGLE-3 (on the target's baseline) and MiMo MTP (on its own checkpoint's
     baseline), offline against the engine. Measured: largest error 0.011 (EAGLE), 0.004
     (EAGLE-3), 0.000 (MTP) at any position; float32 offline against the engine's bfloat16,
     so near-ties break either way. The bar is the issue's 0.03."""
-    prompts = [p.prompt for p in read_jsonl(builtin_path("code_completion"))[:12]]
+    prompts = _code()
     cases = []
     seqs = _baseline(tmp_path, prompts, "target")
     heads = {
@@ -123,15 +146,4 @@ def test_heads_offline_acceptance_against_vllms_counters(tmp_path):
     cases.append(("mtp", MTP, "target-mtp", mtp))
     for name, spec, model, p in cases:
         with _server(tmp_path, spec, name, model) as srv:
-            engine = _served(srv, prompts)
-        offline = p.get(name, K).per_position_acceptance
-        print(
-            name,
-            "offline",
-            [round(x, 3) for x in offline],
-            "engine",
-            [round(x, 3) for x in engine],
-        )
-        assert len(engine) == K
-        for i, (o, e) in enumerate(zip(offline, engine, strict=True)):
-            assert abs(o - e) <= 0.03, (name, i + 1, o, e)
+            _check(name, p.get(name, K).per_position_acceptance, _served(srv, prompts))

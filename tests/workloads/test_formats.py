@@ -15,6 +15,7 @@ from tuner.workloads import (
     Prompt,
     WorkloadError,
     load_prompts,
+    read_chat,
     read_custom,
     read_sharegpt,
     read_spec_bench,
@@ -30,11 +31,60 @@ workload: {workload}
 """
 
 
-def test_sharegpt_takes_the_first_turn_of_conversations_with_a_reply():
-    assert read_sharegpt(DATA / "sharegpt.json") == [
+def test_sharegpt_conversations_keep_every_user_turn_and_drop_the_datasets_replies():
+    """Chat: each human turn is a turn of one conversation (the model answers each itself);
+    raw mode: the first turn, as vLLM's ShareGPTDataset, of conversations with a reply."""
+    got = read_sharegpt(DATA / "sharegpt.json")
+    assert [(p.messages, p.followups) for p in got] == [
+        ((("user", "Write a haiku about speculative decoding."),), ()),
+        ((("user", "What is n-gram prompt lookup?"),), ("And when does it help?",)),
+    ]
+    assert [p.as_raw() for p in got] == [
         Prompt("Write a haiku about speculative decoding."),
         Prompt("What is n-gram prompt lookup?"),
     ]
+    assert [p.turns for p in load_prompts(DATA / "sharegpt.json", "sharegpt")] == [1, 2]
+    assert [p.turns for p in load_prompts(DATA / "sharegpt.json", "sharegpt", max_turns=1)] == [
+        1,
+        1,
+    ]
+
+
+def test_sharegpt_system_turns_lead_and_unknown_speakers_are_refused(tmp_path):
+    p = tmp_path / "s.json"
+    conv = [
+        {"from": "system", "value": "Be brief."},
+        {"from": "gpt", "value": "Hello!"},
+        {"from": "human", "value": "Hi"},
+        {"from": "gpt", "value": "Hey"},
+    ]
+    p.write_text(json.dumps([{"conversations": conv}]))
+    (got,) = read_sharegpt(p)
+    assert got.messages == (("system", "Be brief."), ("user", "Hi")) and got.followups == ()
+    conv[2]["from"] = "robot"
+    p.write_text(json.dumps([{"conversations": conv}]))
+    with pytest.raises(WorkloadError, match=r"\[0\]\.conversations\[2\]\.from: unknown speaker"):
+        read_sharegpt(p)
+
+
+def test_chat_jsonl_is_sent_as_written_through_the_template(tmp_path):
+    p = tmp_path / "c.jsonl"
+    rows = [
+        {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]},
+        {"messages": [{"role": "user", "content": "V"}], "max_tokens": 7, "followups": ["W"]},
+    ]
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    assert read_chat(p) == [
+        Prompt("", None, (("system", "S"), ("user", "U"))),
+        Prompt("", 7, (("user", "V"),), ("W",)),
+    ]
+    with pytest.raises(WorkloadError, match="need the chat template"):
+        load_prompts(p, "chat", chat=False)
+
+
+def test_a_plain_prompt_sent_as_chat_is_one_user_message():
+    got = load_prompts(DATA / "custom.jsonl", "custom", chat=True)
+    assert got[0] == Prompt("", 10, (("user", "What is the capital of India?"),))
 
 
 def test_custom_jsonl_output_tokens_become_max_tokens():
@@ -45,8 +95,16 @@ def test_custom_jsonl_output_tokens_become_max_tokens():
     ]
 
 
-def test_spec_bench_takes_the_first_turn():
-    assert read_spec_bench(DATA / "spec_bench.jsonl") == [
+def test_spec_bench_keeps_its_second_turns():
+    got = read_spec_bench(DATA / "spec_bench.jsonl")
+    assert [(p.messages, p.followups) for p in got] == [
+        (
+            (("user", "Compose a travel blog post about Hawaii."),),
+            ("Rewrite it so every sentence starts with A.",),
+        ),
+        ((("user", "Pretend you are Elon Musk. Why go to Mars?"),), ()),
+    ]
+    assert [p.as_raw() for p in got] == [
         Prompt("Compose a travel blog post about Hawaii."),
         Prompt("Pretend you are Elon Musk. Why go to Mars?"),
     ]
@@ -59,15 +117,14 @@ def test_the_same_prompts_as_vllms_own_dataset_readers():
     share = datasets.ShareGPTDataset(dataset_path=str(DATA / "sharegpt.json"), **kw)
     custom = datasets.CustomDataset(dataset_path=str(DATA / "custom.jsonl"), **kw)
     spec = datasets.SpecBench(dataset_path=str(DATA / "spec_bench.jsonl"), **kw)
-    assert [p.prompt for p in read_sharegpt(DATA / "sharegpt.json")] == [
+    assert [p.prompt for p in load_prompts(DATA / "sharegpt.json", "sharegpt", chat=False)] == [
         e["conversations"][0]["value"] for e in share.data
     ]
     assert [p.prompt for p in read_custom(DATA / "custom.jsonl")] == [
         e["prompt"] for e in custom.data
     ]
-    assert [p.prompt for p in read_spec_bench(DATA / "spec_bench.jsonl")] == [
-        e["prompt"] for e in spec.data
-    ]
+    raw = load_prompts(DATA / "spec_bench.jsonl", "spec_bench", chat=False)
+    assert [p.prompt for p in raw] == [e["prompt"] for e in spec.data]
 
 
 @pytest.mark.parametrize(
@@ -89,6 +146,26 @@ def test_the_same_prompts_as_vllms_own_dataset_readers():
         ("spec_bench", '{"turns": []}', ":1: turns: must be a non-empty list"),
         ("spec_bench", '{"turns": [3]}', r":1: turns\[0\]: must be a non-empty string"),
         ("spec_bench", "\n\n", "has no prompts"),
+        ("chat", '{"messages": []}', ":1: messages: must be a non-empty list"),
+        ("chat", '{"messages": [{"role": "bot", "content": "x"}]}', r"messages\[0\]\.role"),
+        ("chat", '{"messages": [{"role": "user", "content": [1]}]}', r"messages\[0\]\.content"),
+        (
+            "chat",
+            json.dumps(
+                {"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]}
+            ).replace("}]}", ', "content": "b"}]}'),
+            "the last message must be the user's",
+        ),
+        (
+            "chat",
+            '{"messages": [{"role": "user", "content": "a"}], "followups": [""]}',
+            "followups",
+        ),
+        (
+            "chat",
+            '{"messages": [{"role": "user", "content": "a"}], "max_tokens": 0}',
+            "max_tokens",
+        ),
     ],
 )
 def test_bad_files_are_refused_naming_the_field(tmp_path, fmt, text, message):
@@ -117,7 +194,22 @@ def test_format_is_selected_in_the_space_and_read_by_the_job(tmp_path):
     space = loads_space(SPACE.format(workload=wl), base_dir=tmp_path)
     assert space.workload.format == "sharegpt" and space.primary_workload == "chats"
     prompts = load_all_prompts(space)["chats"]
-    assert [p.prompt for p in prompts] == [p.prompt for p in read_sharegpt(DATA / "sharegpt.json")]
+    assert space.workload.endpoint == "chat"
+    assert prompts == [p.as_chat() for p in read_sharegpt(DATA / "sharegpt.json")]
+    raw = loads_space(SPACE.format(workload=wl[:-1] + ", raw: true}"), base_dir=tmp_path)
+    assert raw.workload.endpoint == "completions"
+    assert [p.prompt for p in load_all_prompts(raw)["chats"]] == [
+        p.prompt for p in read_sharegpt(DATA / "sharegpt.json")
+    ]
+
+
+def test_builtins_are_raw_unless_the_workload_asks_for_chat():
+    space = loads_space(SPACE.format(workload="{builtin: chat, raw: false, max_turns: 1}"))
+    assert space.workload.endpoint == "chat"
+    assert all(p.chat for p in load_all_prompts(space)["chat"])
+    assert loads_space(SPACE.format(workload="{builtin: chat}")).workload.endpoint == (
+        "completions"
+    )
 
 
 @pytest.mark.parametrize(
@@ -125,6 +217,9 @@ def test_format_is_selected_in_the_space_and_read_by_the_job(tmp_path):
     [
         ("{builtin: null, path: a.json, format: csv}", "workload.format", "Input should be"),
         ("{builtin: chat, format: sharegpt}", "workload", "applies only to a path"),
+        ("{builtin: null, path: a.jsonl, format: chat, raw: true}", "workload", "need the chat"),
+        ("{builtin: chat, chat_template_kwargs: {a: 1}}", "workload", "only to chat requests"),
+        ("{builtin: chat, max_turns: 2}", "workload", "only to chat requests"),
     ],
 )
 def test_bad_format_is_refused_naming_the_field(workload, field, reason):

@@ -2,8 +2,9 @@
 
 Each path is resolved first (``..`` and every symlink followed) and only then checked for
 containment, so neither ``../../etc`` nor a symlink inside a root that points out of it
-escapes. Files the job reads (workload, replay surface) must be regular files under the size
-limit: a FIFO would block the worker forever and ``/dev/zero`` would never end. Model folders
+escapes. Files the job reads (workload, replay surface, chat template) must be regular
+files under the size limit: a FIFO would block the worker forever and ``/dev/zero`` would
+never end. Model folders
 must be folders when they exist (one that does not is refused later, by pre-flight).
 Called from sync routes, so the ``stat`` calls run in the thread pool, off the event loop.
 """
@@ -29,6 +30,8 @@ def _named(space: SearchSpace) -> Iterator[tuple[Loc, str, bool]]:
     if space.engine.surface is not None:
         yield ("engine", "surface"), space.engine.surface, True
     yield ("engine", "model"), space.engine.model, False
+    if space.engine.chat_template is not None:
+        yield ("engine", "chat_template"), space.engine.chat_template, True
     m = space.methods
     if m.draft_model is not None:
         for i, d in enumerate(m.draft_model.drafts):

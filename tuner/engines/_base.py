@@ -29,6 +29,7 @@ class EngineConfig:
     device: Literal["cpu", "cuda"] = "cpu"
     dtype: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    chat_template: str | None = None  # a Jinja file replacing the model's own template
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EngineConfig:
@@ -38,6 +39,8 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["extra_args"] = list(self.extra_args)
+        if d["chat_template"] is None:
+            del d["chat_template"]  # configurations stored before it keep their key
         return d
 
     def key(self) -> str:

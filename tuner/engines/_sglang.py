@@ -99,6 +99,8 @@ def sglang_argv(
         argv += ["--port", str(port)]
     if cfg.dtype:
         argv += ["--dtype", cfg.dtype]
+    if cfg.chat_template:
+        argv += ["--chat-template", cfg.chat_template]
     return argv + sglang_spec_flags(cfg.speculative_config)
 
 

@@ -132,16 +132,25 @@ class SGLangProbe(EngineProbe):
         reading.spec = sglang_spec_stats(samples)
 
     def _ids_body(
-        self, model: str, prompt: str, max_tokens: int, sampling: dict[str, Any], n: int, seed: int
+        self,
+        model: str,
+        prompt: str | list[int],
+        max_tokens: int,
+        sampling: dict[str, Any],
+        n: int,
+        seed: int,
     ) -> dict[str, Any]:
-        """SGLang's native batch: the prompt n times, sample i seeded with seed + i."""
+        """SGLang's native batch: the prompt n times, sample i seeded with seed + i. Its
+        chat API answers no token ids, so chat workloads go without the ids checks there
+        (``chat_path`` stays None)."""
         sp = {"max_new_tokens": max_tokens, "ignore_eos": True, **sampling}
         if "seed" in sp:
             sp["sampling_seed"] = sp.pop("seed")
+        key = "text" if isinstance(prompt, str) else "input_ids"
         if n == 1 and not sampling.get("temperature"):
-            return {"text": prompt, "sampling_params": sp}
+            return {key: prompt, "sampling_params": sp}
         return {
-            "text": [prompt] * n,
+            key: [prompt] * n,
             "sampling_params": [{**sp, "sampling_seed": seed + i} for i in range(n)],
         }
 

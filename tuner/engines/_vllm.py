@@ -72,6 +72,8 @@ def _engine_flags(cfg: EngineConfig) -> list[str]:
         flags += ["--dtype", cfg.dtype]
     if cfg.enforce_eager:
         flags.append("--enforce-eager")
+    if cfg.chat_template:
+        flags += ["--chat-template", cfg.chat_template]
     if cfg.speculative_config is not None:
         flags += ["--speculative-config", speculative_json(cfg.speculative_config)]
     flags += list(cfg.extra_args)

@@ -79,6 +79,7 @@ class VLLMProbe(EngineProbe):
     kind: ClassVar[str] = "vllm"
     reset_path: ClassVar[str | None] = "/reset_prefix_cache"
     greedy_path: ClassVar[str | None] = "/v1/completions"
+    chat_path: ClassVar[str | None] = "/v1/chat/completions"
 
     @asynccontextmanager
     async def window(self, base_url: str) -> AsyncIterator[WindowReading]:
@@ -94,28 +95,52 @@ class VLLMProbe(EngineProbe):
         reading.mean_queue_ms = queue_delta(q0, q1)
 
     def _ids_body(
-        self, model: str, prompt: str, max_tokens: int, sampling: dict[str, Any], n: int, seed: int
+        self,
+        model: str,
+        prompt: str | list[int],
+        max_tokens: int,
+        sampling: dict[str, Any],
+        n: int,
+        seed: int,
     ) -> dict[str, Any]:
-        body = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            **sampling,
-            "ignore_eos": True,
-            "return_token_ids": True,
-        }
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+        return body | self._sampled(sampling, n, seed)
+
+    def _chat_body(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        sampling: dict[str, Any],
+        n: int,
+        seed: int,
+    ) -> dict[str, Any]:
+        body = {"model": model, "messages": messages, "max_completion_tokens": max_tokens}
+        return body | self._sampled(sampling, n, seed)
+
+    @staticmethod
+    def _sampled(sampling: dict[str, Any], n: int, seed: int) -> dict[str, Any]:
+        out = {**sampling, "ignore_eos": True, "return_token_ids": True}
         if n > 1 or sampling.get("temperature"):
-            body |= {"n": n, "seed": seed}  # vLLM seeds sample i with seed + i
-        return body
+            out |= {"n": n, "seed": seed}  # vLLM seeds sample i with seed + i
+        return out
 
     def _ids_of(self, answer: Any) -> list[Any]:
         choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
         return [c["token_ids"] for c in choices]
 
     def _prompt_ids_of(self, answer: Any) -> list[int] | None:
+        """Completions answer them in the choice; chat at the top (the templated prompt)."""
         choices = answer.get("choices") or []
-        ids = choices[0].get("prompt_token_ids") if len(choices) == 1 else None
+        ids = answer.get("prompt_token_ids")
+        if ids is None and len(choices) == 1:
+            ids = choices[0].get("prompt_token_ids")
         return list(ids) if ids else None
+
+    def _text_of(self, answer: Any) -> str | None:
+        choices = answer.get("choices") or []
+        message = choices[0].get("message") if len(choices) == 1 else None
+        return message.get("content") if isinstance(message, dict) else None
 
     def kv_cache_tokens(self, log_text: str) -> int | None:
         return parse_kv_cache_tokens(log_text)

@@ -58,7 +58,7 @@ def load_all_prompts(space: SearchSpace) -> dict[str, list[Prompt]]:
     out = {}
     for wl in space.all_workloads:
         path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
-        out[wl.name] = load_prompts(path, wl.format)
+        out[wl.name] = load_prompts(path, wl.format, chat=wl.chat, max_turns=wl.max_turns)
     return out
 
 
@@ -119,9 +119,16 @@ def _window(
             passes=passes,
             reset_between_passes=space.measurement.reset_prefix_cache,
             sampling=wl.sampling.request(),
+            chat_extra=chat_extra(wl),
         )
     )
     return m, reset
+
+
+def chat_extra(wl: WorkloadSpec) -> dict[str, Any]:
+    """Fields a chat request of ``wl`` carries besides its messages and sampling."""
+    kw = wl.chat_template_kwargs
+    return {"chat_template_kwargs": dict(kw)} if kw else {}
 
 
 def warm_up(
@@ -159,7 +166,9 @@ def warm_up(
     return {"warmup_windows": ms.max_warmup_windows, "warmup_capped": True, "rate_req_per_s": rate}
 
 
-def repeat_passes(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None) -> int:
+def repeat_passes(
+    space: SearchSpace, wl: WorkloadSpec, level: int, rate: float | None, turns: float = 1.0
+) -> int:
     """Passes in one repeat: 1, or, with ``repeat_s``, as many passes over the workload's
     num_prompts requests as fill that many seconds at the warm-up's rate (at least 1).
 
@@ -171,7 +180,7 @@ def repeat_passes(space: SearchSpace, wl: WorkloadSpec, level: int, rate: float 
     seconds = space.measurement.repeat_s
     if seconds is None or not rate:
         return 1
-    per_pass = max(wl.num_prompts, level)
+    per_pass = max(wl.num_prompts, level) * max(1.0, turns)  # requests: a turn is one
     return max(1, round(rate * seconds / per_pass))
 
 
@@ -183,7 +192,8 @@ def measure_point(
     ms = space.measurement
     remeasured = 0
     warm = warm_up(server, space, wl, prompts, level)
-    passes = repeat_passes(space, wl, level, warm["rate_req_per_s"])
+    turns = sum(p.turns for p in prompts) / len(prompts) if prompts else 1.0
+    passes = repeat_passes(space, wl, level, warm["rate_req_per_s"], turns)
     while True:
         runs: list[Measurement] = []
         resets = 0
@@ -252,18 +262,19 @@ def measure_all(
 def greedy_outputs(
     server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]]
 ) -> list[list[int] | None]:
-    """Greedy token ids of the lossless check's fixed prompt set."""
+    """Greedy token ids of the lossless check's fixed prompt set: the first workload's first
+    prompts as it sends them (a conversation's first turn, through the chat template)."""
     ll = space.lossless
-    first = space.all_workloads[0].name
-    texts = [p.prompt for p in prompts[first][: ll.num_prompts]]
+    wl = space.all_workloads[0]
     return asyncio.run(
         server.probe.greedy_token_ids(
             server.base_url,
             space.engine.served_model_name,
-            texts,
+            prompts[wl.name][: ll.num_prompts],
             ll.max_tokens,
-            timeout_s=space.all_workloads[0].request_timeout_s,
+            timeout_s=wl.request_timeout_s,
             headers=server.headers,
+            extra=chat_extra(wl),
         )
     )
 
@@ -271,12 +282,13 @@ def greedy_outputs(
 def token_sequences(
     server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]], concurrency: int = 1
 ) -> list[list[list[int]]] | None:
-    """The baseline's prompt and greedy output ids of the first workload's prompts, one
-    pass (``[prompt ids, output ids, [the request's max_tokens]]`` each), ``max_tokens``
-    plus the space's largest depth long (the last round's drafts are judged too): what
-    every proposer is priced on offline. None when that workload samples (greedy outputs
-    cannot price sampled acceptance) or the engine does not return ids. ``concurrency``:
-    requests in flight at once (the launch's batch size: any greedy output serves)."""
+    """The baseline's prompt and greedy output ids of the first workload's requests, one
+    pass (``[prompt ids, output ids, [the request's max_tokens]]`` each; every turn of a
+    conversation, templated by the engine), the output the space's largest depth past
+    ``max_tokens`` (the last round's drafts are judged too): what every proposer is priced
+    on offline. None when that workload samples (greedy outputs cannot price sampled
+    acceptance) or the engine does not return ids. ``concurrency``: requests in flight at
+    once (the launch's batch size: any greedy output serves)."""
     wl = space.all_workloads[0]
     if not wl.sampling.greedy:
         return None
@@ -290,14 +302,16 @@ def token_sequences(
         server.probe.token_sequences(
             server.base_url,
             space.engine.served_model_name,
-            [p.prompt for p in chosen],
-            max(limits, default=wl.max_tokens) + depth,
+            chosen,
+            limits,
+            depth,
             timeout_s=wl.request_timeout_s,
             headers=server.headers,
             concurrency=concurrency,
+            extra=chat_extra(wl),
         )
     )
-    seqs = [[g[0], g[1], [n]] for g, n in zip(got, limits, strict=True) if g is not None]
+    seqs = [[ids, out, [n]] for turns in got if turns is not None for ids, out, n in turns]
     return seqs or None
 
 
@@ -317,7 +331,7 @@ def sampled_outputs(
         server.probe.token_ids(
             server.base_url,
             space.engine.served_model_name,
-            [p.prompt for p in chosen],
+            chosen,
             ll.sampled_tokens,
             sampling=settings,
             n=ll.samples_per_prompt,
@@ -327,6 +341,7 @@ def sampled_outputs(
             ],
             timeout_s=wl.request_timeout_s,
             headers=server.headers,
+            extra=chat_extra(wl),
         )
     )
 

@@ -37,7 +37,9 @@ def kv_need_tokens(space: SearchSpace, prompts: dict[str, Sequence[Prompt]]) -> 
     for wl in space.all_workloads:
         for p in prompts.get(wl.name, ()):
             out = p.max_tokens or wl.max_tokens
-            longest = max(longest, len(p.prompt.encode()) + _TEMPLATE_TOKENS + out + depth)
+            # A conversation's last turn holds every turn's text, template and reply.
+            held = p.text_bytes + p.turns * (_TEMPLATE_TOKENS + out) + depth
+            longest = max(longest, held)
     longest = min(longest, space.engine.max_model_len) if longest else space.engine.max_model_len
     return max(space.concurrency) * longest
 

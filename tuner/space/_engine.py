@@ -78,6 +78,12 @@ class EngineSpec(StrictModel):
         description="CPU only: exact KV-cache size (VLLM_CPU_KVCACHE_SPACE); overrides "
         "memory_fraction.",
     )
+    chat_template: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+        None,
+        description="A Jinja chat template file (relative to this file) served instead of "
+        "the model's own, as vLLM's and SGLang's --chat-template; chat workloads go through "
+        "it, and the exported command line carries it.",
+    )
     device: Literal["cpu", "cuda"] = "cpu"
     startup_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 300.0
     extra_args: Annotated[list[str], Field(max_length=64)] = Field(

@@ -10,7 +10,6 @@ preset works from any working directory.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +22,7 @@ from pydantic import (
 from tuner.space._engine import EngineSpec, HostedEndpoint
 from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
 from tuner.space._sampling import SamplingSpec
+from tuner.space._workload import WorkloadSpec
 
 __all__ = [
     "METRIC_DIRECTIONS",
@@ -53,78 +53,6 @@ METRIC_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "p99_e2e_ms": "minimize",
     "p99_itl_ms": "minimize",
 }
-
-
-_DEFAULT_BUILTIN = "code_completion"
-
-
-class WorkloadSpec(StrictModel):
-    """Which prompts, how many, how long, sampled how; ``builtin`` names a set shipped with
-    SpecTune, ``path`` a file of the user's (an explicit ``path`` replaces the default set)."""
-
-    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w.-]+$")] = Field(
-        _DEFAULT_BUILTIN,
-        description="How the report, the API and --workload call it (default: the builtin's "
-        "name or the file's stem). Two workloads may send the same prompts under different "
-        "names, e.g. greedy and sampled; each is reported apart, never averaged.",
-    )
-    builtin: Literal["code_completion", "chat", "summarization"] | None = _DEFAULT_BUILTIN
-    path: str | None = None
-    format: Literal["jsonl", "sharegpt", "custom", "spec_bench"] = Field(
-        "jsonl",
-        description="How path is read: SpecTune JSONL, or a file `vllm bench serve` reads "
-        "(sharegpt JSON, custom JSONL, spec_bench JSONL); tuner.workloads.FORMATS.",
-    )
-    sampling: SamplingSpec = Field(
-        default_factory=SamplingSpec,
-        description="The sampling settings of the user's traffic, sent on every request of "
-        "this workload and stored with every measurement (default: greedy).",
-    )
-    num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 32
-    max_tokens: Annotated[int, Field(ge=1, le=65_536)] = 96
-    warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
-    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
-    arrival: Literal["closed", "poisson"] = Field(
-        "closed", description="closed: fixed concurrency; poisson: open loop at request_rate"
-    )
-    request_rate: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
-        None, description="Requests per second for poisson arrivals."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _defaults(cls, data: Any) -> Any:
-        """A ``path`` given without ``builtin`` replaces the default set (no ``builtin:
-        null`` needed); a workload without ``name`` is called after its set or file."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if data.get("path") is not None and "builtin" not in data:
-            data["builtin"] = None
-        if data.get("name") is None:
-            builtin = data.get("builtin", _DEFAULT_BUILTIN)
-            path = data.get("path")
-            if builtin is not None:
-                data["name"] = builtin
-            elif isinstance(path, str) and Path(path).stem:
-                data["name"] = re.sub(r"[^\w.-]", "_", Path(path).stem)[:100]
-            else:
-                data.pop("name", None)
-        return data
-
-    @model_validator(mode="after")
-    def _one_source(self) -> WorkloadSpec:
-        if self.path is not None and self.builtin is not None:
-            raise ValueError("give either builtin or path, not both")
-        if self.path is None and self.builtin is None:
-            raise ValueError("give builtin or path")
-        if self.path is None and self.format != "jsonl":
-            raise ValueError(f"format {self.format} applies only to a path, not a builtin")
-        if self.arrival == "poisson" and self.request_rate is None:
-            raise ValueError("arrival poisson needs request_rate (requests per second)")
-        if self.arrival == "closed" and self.request_rate is not None:
-            raise ValueError("request_rate applies only to arrival: poisson")
-        return self
 
 
 class MeasurementSpec(StrictModel):
