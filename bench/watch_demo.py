@@ -108,7 +108,7 @@ def drive(url: str, model: str, workload: str, seconds: float, conc: int) -> dic
     name, _, temp = workload.partition(":")
     sampling = {"temperature": float(temp), "seed": 0} if temp else {"temperature": 0.0}
     prompts = read_jsonl(builtin_path(name))
-    reqs = [_Req(p.prompt, p.max_tokens or 64, sampling) for p in prompts]
+    reqs = [_Req(p, p.max_tokens or 64, sampling) for p in prompts]
     t0, done, ok = time.monotonic(), 0, 0
     while time.monotonic() - t0 < seconds:
         got, _ = asyncio.run(run_requests(url, model, reqs[: max(conc, 4)], conc, 120))

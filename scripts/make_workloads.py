@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -101,6 +102,31 @@ def main() -> None:
                 f.write(json.dumps(r) + "\n")
         lens = [ntok(r["prompt"]) for r in rows]
         print(f"{fname}: {len(rows)} prompts, prompt tokens {min(lens)}-{max(lens)}")
+    conversations(chat)
+
+
+_ROLES = {"System": "system", "User": "user", "Assistant": "assistant"}
+_FOLLOWUPS = ("Add type hints to it.", "Now write a short unit test for it.")
+
+
+def conversations(chat: list[dict]) -> None:
+    """The chat set as conversations (``conversations.jsonl``, chat format): each raw chat
+    prompt's system, user and few-shot assistant turns as messages, less the partial answer it
+    ends with (the model writes its own); every other one asks a follow-up question, so the
+    set has second turns that carry the model's own first reply."""
+    rows = []
+    for i, r in enumerate(chat):
+        parts = re.split(r"(?:^|\n)### (System|User|Assistant):[ \n]", r["prompt"])
+        msgs = [
+            {"role": _ROLES[parts[j]], "content": parts[j + 1]} for j in range(1, len(parts), 2)
+        ]
+        row: dict = {"messages": msgs[:-1]}  # the last is the answer's start
+        if i % 2:
+            row["followups"] = [_FOLLOWUPS[(i // 2) % len(_FOLLOWUPS)]]
+        rows.append(row)
+    with (OUT / "conversations.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    print(f"conversations.jsonl: {len(rows)} conversations")
 
 
 if __name__ == "__main__":

@@ -184,6 +184,12 @@ class Report:
     spreads: dict[str, LaunchSpread] = field(default_factory=dict)
     # The workload's sampling settings (what every request of this report carried).
     sampling: dict[str, Any] = field(default_factory=lambda: dict(GREEDY))
+    endpoint: str = "completions"  # chat: through the model's chat template
+
+    @property
+    def prompt_tokens_mean(self) -> float | None:
+        """Prompt tokens a request as the engine counted them, at the baseline's point."""
+        return self.baseline.metrics.get("prompt_tokens_mean") if self.baseline else None
 
     def interval(self, p: Point, metric: str) -> tuple[float, float, IntervalKind] | None:
         """95% interval of ``p``'s ``metric``: where one more launch lands, from its launches
@@ -365,6 +371,7 @@ def job_report(
         sampling=next(
             (w.sampling.request() for w in space.all_workloads if w.name == wl), dict(GREEDY)
         ),
+        endpoint=next((w.endpoint for w in space.all_workloads if w.name == wl), "completions"),
         target=tgt,
         other_targets=others,
         references=tuple(references),

@@ -164,7 +164,8 @@ export async function jobPage(gen, jobId) {
       predLegend.hidden = !predicted.some((q) => q.workload === rep.workload);
       drawHistory();
       verdictNote.textContent = `Mean time per output token of each speculative configuration against the ` +
-        `baseline's at the same concurrency (workload ${rep.workload}, found under ${samplingText(rep.sampling)}): ` +
+        `baseline's at the same concurrency (workload ${rep.workload}, ${trafficText(rep)}, found under ` +
+        `${samplingText(rep.sampling)}): ` +
         `speculation pays when it is lower.`;
       verdictBox.replaceChildren(verdictTable(jobId, rep));
       const sel = rep.points.filter((p) => p.concurrency === rep.concurrency);
@@ -196,6 +197,11 @@ export async function jobPage(gen, jobId) {
       if (err instanceof ApiError && err.status === 422) sloErr.textContent = fieldErrors(err).join("; ");
       else handle(err);
     }
+  }
+  // Where the workload's requests went and their prompt length, as the CLI report says it.
+  function trafficText(rep) {
+    const how = rep.endpoint === "chat" ? "chat, through the model's chat template" : "raw text";
+    return rep.prompt_tokens_mean == null ? how : `${how}, ${Math.round(rep.prompt_tokens_mean)} prompt tokens a request`;
   }
   // The workload's sampling settings as the CLI report names them.
   function samplingText(s) {

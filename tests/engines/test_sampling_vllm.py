@@ -67,7 +67,7 @@ def _server(tmp_path, spec: dict[str, Any] | None, name: str) -> VLLMServer:
 
 
 def _texts(srv: VLLMServer, sampling: dict[str, Any]) -> list[str]:
-    prompt = read_jsonl(builtin_path("code_completion"))[0].prompt
+    prompt = read_jsonl(builtin_path("code_completion"))[0]
     reqs = [_Req(prompt, 16, sampling) for _ in range(6)]
     got, _ = asyncio.run(run_requests(srv.base_url, "tiny", reqs, 3, 120))
     assert all(r.ok for r in got), [r.error for r in got]

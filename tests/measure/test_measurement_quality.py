@@ -11,7 +11,7 @@ from tuner.metrics import Measurement, queue_delta
 from tuner.pareto import Verdict, crossover_concurrency, feasible, verdicts
 from tuner.space import SpaceError, loads_space
 from tuner.stats import aggregate, noise_score, relative_mad, summary
-from tuner.workloads import builtin_path, read_jsonl
+from tuner.workloads import BUILTIN_FORMATS, builtin_path, load_prompts
 
 
 def _m(tok: float, tpot: float, **kw) -> Measurement:
@@ -127,10 +127,11 @@ def test_queue_time_from_histogram_deltas():
     assert parse_queue_time("") is None and queue_delta(None, after) is None
 
 
-@pytest.mark.parametrize("name", ["chat", "summarization", "code_completion"])
+@pytest.mark.parametrize("name", sorted(BUILTIN_FORMATS))
 def test_builtin_workloads_ship(name):
-    prompts = read_jsonl(builtin_path(name))
-    assert len(prompts) >= 20 and all(p.prompt for p in prompts)
+    prompts = load_prompts(builtin_path(name), BUILTIN_FORMATS[name])
+    assert len(prompts) >= 20 and all(p.prompt or p.messages for p in prompts)
+    assert all(p.chat for p in prompts) == (BUILTIN_FORMATS[name] == "chat")
 
 
 def test_arrival_and_workload_validation():

@@ -47,7 +47,7 @@ def test_watch_acceptance_equals_the_counter_deltas(tmp_path, watched_job):
         speculative_config=NGRAM,
         enforce_eager=True,
     )
-    prompts = [p.prompt for p in read_jsonl(builtin_path("code_completion"))[:12]]
+    prompts = read_jsonl(builtin_path("code_completion"))[:12]
     with VLLMServer(cfg, tmp_path / "vllm.log", cache_root=tmp_path / "cache") as srv:
         before = parse_spec_counters(asyncio.run(fetch_metrics_text(srv.base_url)))
         watch = subprocess.Popen(

@@ -150,7 +150,8 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         )
     lines += [
         f"Pareto front at concurrency {rep.concurrency}, workload {rep.workload} "
-        f"(found under {sampling_text(rep.sampling)}), SLO {rep.slo or 'none'} (objectives: "
+        f"({_traffic_text(rep)}, found under {sampling_text(rep.sampling)}), "
+        f"SLO {rep.slo or 'none'} (objectives: "
         + ", ".join(f"{d} {m}" for m, d in rep.objectives)
         + f"; {_interval_note(rep)})"
     ]
@@ -383,3 +384,11 @@ def trials_rows(recs: list[TrialRecord]) -> tuple[list[str], list[list[Any]]]:
     for d in flat:
         header += [k for k in d if k not in header and k not in _CSV_SKIP]
     return header, [[_cell(d.get(k)) for k in header] for d in flat]
+
+
+def _traffic_text(rep: Report) -> str:
+    """Where the report's requests went and how long their prompts were, as the engine
+    counted them."""
+    how = "chat, through the model's chat template" if rep.endpoint == "chat" else "raw text"
+    n = rep.prompt_tokens_mean
+    return how if n is None else f"{how}, {n:.0f} prompt tokens a request"

@@ -58,7 +58,7 @@ def load_all_prompts(space: SearchSpace) -> dict[str, list[Prompt]]:
     out = {}
     for wl in space.all_workloads:
         path = builtin_path(wl.builtin) if wl.builtin else Path(space.resolve(wl.path or ""))
-        out[wl.name] = load_prompts(path, wl.format, chat=wl.chat, max_turns=wl.max_turns)
+        out[wl.name] = load_prompts(path, wl.read_as, chat=wl.chat, max_turns=wl.max_turns)
     return out
 
 

@@ -227,6 +227,8 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         job_id=job_id,
         workload=sl.workload,
         sampling=main.sampling,
+        endpoint=main.endpoint,
+        prompt_tokens_mean=main.prompt_tokens_mean,
         concurrency=sl.concurrency,
         levels=list(space.concurrency),
         slo=sl.slo,

@@ -173,6 +173,16 @@ class ParetoPublic(FrozenModel):
         description="the workload's sampling settings, sent on every request it measured "
         '({"temperature": 0.0}: greedy)',
     )
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions",
+        description="where the workload's requests went: completions (raw text) or chat "
+        "(through the model's chat template)",
+    )
+    prompt_tokens_mean: float | None = Field(
+        None,
+        description="prompt tokens a request as the engine counted them (template and earlier "
+        "turns included), at the baseline's point",
+    )
     concurrency: int = Field(description="the level the front and the winner are chosen at")
     levels: list[int]
     slo: dict[str, float]

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from tuner.space._methods import StrictModel
 from tuner.space._sampling import SamplingSpec
-from tuner.workloads import CHAT_FORMATS
+from tuner.workloads import BUILTIN_FORMATS, CHAT_FORMATS
 
 __all__ = ["WorkloadSpec"]
 
@@ -28,7 +28,12 @@ class WorkloadSpec(StrictModel):
         "name or the file's stem). Two workloads may send the same prompts under different "
         "names, e.g. greedy and sampled; each is reported apart, never averaged.",
     )
-    builtin: Literal["code_completion", "chat", "summarization"] | None = _DEFAULT_BUILTIN
+    builtin: Literal["code_completion", "chat", "summarization", "conversations"] | None = Field(
+        _DEFAULT_BUILTIN,
+        description="A set shipped with SpecTune: code_completion, chat and summarization are "
+        "plain prompts (raw by default); conversations is chat (system, few-shot turns, some "
+        "with a follow-up question), sent through the model's chat template.",
+    )
     path: str | None = None
     format: Literal["jsonl", "chat", "sharegpt", "custom", "spec_bench"] = Field(
         "jsonl",
@@ -99,7 +104,7 @@ class WorkloadSpec(StrictModel):
             raise ValueError("give builtin or path")
         if self.path is None and self.format != "jsonl":
             raise ValueError(f"format {self.format} applies only to a path, not a builtin")
-        if self.raw is True and self.format == "chat":
+        if self.raw is True and self.read_as == "chat":
             raise ValueError("raw: a chat file's messages need the chat template; drop raw")
         if self.chat_template_kwargs is not None and not self.chat:
             raise ValueError("chat_template_kwargs applies only to chat requests (raw: false)")
@@ -114,7 +119,12 @@ class WorkloadSpec(StrictModel):
     @property
     def chat(self) -> bool:
         """Whether requests go through the chat template (``/v1/chat/completions``)."""
-        return not self.raw if self.raw is not None else self.format in CHAT_FORMATS
+        return not self.raw if self.raw is not None else self.read_as in CHAT_FORMATS
+
+    @property
+    def read_as(self) -> str:
+        """The format the prompts are read in: the built-in set's own, or ``format``."""
+        return BUILTIN_FORMATS[self.builtin] if self.builtin else self.format
 
     @property
     def endpoint(self) -> Literal["chat", "completions"]:

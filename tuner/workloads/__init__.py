@@ -5,6 +5,7 @@ users bring SpecTune JSONL, chat JSONL or a dataset file ``vllm bench serve`` re
 from __future__ import annotations
 
 from tuner.workloads._formats import (
+    BUILTIN_FORMATS,
     CHAT_FORMATS,
     FORMATS,
     load_prompts,
@@ -25,6 +26,7 @@ from tuner.workloads._jsonl import (
 
 __all__ = [
     "BUILTIN_DIR",
+    "BUILTIN_FORMATS",
     "CHAT_FORMATS",
     "FORMATS",
     "Message",

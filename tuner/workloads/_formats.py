@@ -31,6 +31,7 @@ from tuner.workloads._jsonl import (
 )
 
 __all__ = [
+    "BUILTIN_FORMATS",
     "CHAT_FORMATS",
     "FORMATS",
     "load_prompts",
@@ -188,6 +189,14 @@ _READERS: dict[str, Callable[[str | Path], list[Prompt]]] = {
 FORMATS = tuple(_READERS)  # the search space's ``workload.format`` choices
 # Formats whose entries are conversations: sent as chat unless the workload says raw.
 CHAT_FORMATS = ("chat", "sharegpt", "spec_bench")
+# The format of each built-in set (``builtin_path``): plain prompts, but for the one set of
+# conversations.
+BUILTIN_FORMATS = {
+    "code_completion": "jsonl",
+    "chat": "jsonl",
+    "summarization": "jsonl",
+    "conversations": "chat",
+}
 
 
 def load_prompts(
