@@ -37,7 +37,7 @@ def _served_by(space: SearchSpace, method: str) -> str | None:
     """The checkpoint (as written) a method serves instead of engine.model, if any."""
     spec = getattr(space.methods, method, None)
     model = getattr(spec, "model", None)
-    if model and space.resolve(model) != space.resolve(space.engine.model):
+    if model and space.resolve_model(model) != space.resolve_model(space.engine.model):
         return model
     return None
 
@@ -181,13 +181,13 @@ def grid_configs(space: SearchSpace) -> list[dict[str, Any]]:
 def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, Any] | None:
     if params["method"] == "none":
         return None
-    return METHODS[params["method"]].speculative_config(params, space.resolve)
+    return METHODS[params["method"]].speculative_config(params, space.resolve_model)
 
 
 def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
     e = space.engine
     return EngineConfig(
-        model=space.resolve(params.get("target") or e.model),
+        model=space.resolve_model(params.get("target") or e.model),
         served_model_name=e.served_model_name,
         max_model_len=e.max_model_len,
         max_num_seqs=params["max_num_seqs"],
