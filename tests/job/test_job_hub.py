@@ -6,6 +6,7 @@ HF_TOKEN ends up in no stored row, log or export."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.faults.faultkit import HERE as FAULTS
 from tests.helpers import fake_measurers
-from tests.hf_cache import TINY, build_hf_cache
+from tests.hf_cache import TINY, TINY_IDS, build_hf_cache
 from tuner import cli
 from tuner.engines import EXPORT_FORMAT_NAMES
 from tuner.hub import HubError
@@ -77,38 +78,42 @@ def test_not_cached_offline_is_launched_and_noted_on_the_trial(empty_hf_cache, t
 
 
 @pytest.fixture
-def downloads(hf_cache, monkeypatch):
-    """Downloads allowed, answered from the built cache (no network): what was fetched, and
-    ``spectune/gone`` fails as a gated repository without access does."""
+def downloads(tmp_path, monkeypatch):
+    """Downloads allowed, answered from the tiny models (no network): the cache starts with
+    the small files of the target and the draft only, a fetch completes a model, and
+    ``spectune/gone`` fails as a gated repository without access does. What was fetched."""
+    cache = build_hf_cache(tmp_path / "hub", config_only=tuple(TINY_IDS))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     fetched: list[str] = []
 
     def fetch(model: str) -> Path:
         fetched.append(model)
-        if model == "spectune/gone":
+        if model not in TINY_IDS:
             raise HubError(f"{model} did not download (GatedRepoError: 401 Client Error)")
-        return hf_cache / "whatever"
+        build_hf_cache(cache, {model: TINY_IDS[model]})
+        return cache
 
     monkeypatch.setattr(_hub, "fetch_model", fetch)
     monkeypatch.setattr(_hub, "fetch_config_files", fetch)
     return fetched
 
 
-def test_the_job_fetches_what_it_may_launch_before_the_first_launch(
-    downloads, tmp_path, db_url, hf_cache
-):
+def test_the_job_fetches_what_it_may_launch_before_the_first_launch(downloads, tmp_path):
     # a draft of another vocabulary: refused by pre-flight on its small files, never fetched
     other = tmp_path / "other"
     other.mkdir()
     cfg = json.loads((TINY / "draft" / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**cfg, "vocab_size": 999}))
-    build_hf_cache(hf_cache, {"spectune/other-vocab": other})
+    build_hf_cache(Path(os.environ["HF_HUB_CACHE"]), {"spectune/other-vocab": other})
     space = _space(tmp_path, draft="spectune/other-vocab")
     hub = _hub.HubModels(space)
     hub.prepare()
-    assert downloads == ["spectune/tiny-target"]  # the draft is cached but can never launch
+    assert downloads == ["spectune/tiny-target"]
     hub.prepare()
     assert downloads == ["spectune/tiny-target"]  # once per job
+    _hub.HubModels(space).prepare()  # the next job: in the cache with its weights, used as is
+    assert downloads == ["spectune/tiny-target"]
 
 
 def test_hf_token_is_never_stored_logged_or_exported(

@@ -5,8 +5,9 @@ network in its start-up time, and a trial's wall time; the engine runs with HF_H
 and loads the id from the cache instead. What is fetched: every hub model some configuration
 of the space may launch, i.e. whose small files (config.json, tokenizer) pre-flight reads
 without refusing every configuration it is in, so a draft of another vocabulary is never
-downloaded. Offline (HF_HUB_OFFLINE set) nothing is fetched: what is cached launches, what is
-not fails at its launch. A model that does not download fails each candidate it is in with
+downloaded; one the cache already holds with its weights is used as it is. Offline
+(HF_HUB_OFFLINE set) nothing is fetched: what is cached launches, what is not fails at its
+launch. A model that does not download fails each candidate it is in with
 ``invalid_config``, the message naming its field.
 """
 
@@ -64,16 +65,22 @@ class HubModels:
                     self.failed[model] = f"{field}: {e}"
         launchable = self._launchable()
         for field, model in models:
-            if model in launchable and model not in self.failed:
-                t0 = time.monotonic()
-                log.info("%s: fetching %s into the Hugging Face cache", field, model)
-                try:
-                    fetch_model(model)
-                except HubError as e:
-                    self.failed[model] = f"{field}: {e}"
-                    log.warning("%s: %s", field, e)
-                    continue
-                log.info("%s: %s ready (%.0f s)", field, model, time.monotonic() - t0)
+            if model not in launchable or model in self.failed:
+                continue
+            if local_view(model, weights=True) is not None:
+                # Already in the cache: used as it is, as the engine would offline (no new
+                # revision mid-study, no network on a machine without one).
+                log.info("%s: %s is in the Hugging Face cache", field, model)
+                continue
+            t0 = time.monotonic()
+            log.info("%s: fetching %s into the Hugging Face cache", field, model)
+            try:
+                fetch_model(model)
+            except HubError as e:
+                self.failed[model] = f"{field}: {e}"
+                log.warning("%s: %s", field, e)
+                continue
+            log.info("%s: %s ready (%.0f s)", field, model, time.monotonic() - t0)
 
     def _launchable(self) -> set[str]:
         """Hub models in some configuration pre-flight (on the small files) lets through."""
