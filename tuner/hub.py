@@ -89,11 +89,10 @@ def resolve_model(name: str, base_dir: Path) -> str:
 
 
 def is_hub_id(model: str) -> bool:
-    """Whether a resolved model string names a hub model: not a path (no path prefix, no
-    folder of that name, as vLLM decides) and a valid repo id."""
-    if not model or model.startswith(_PATH_PREFIXES) or Path(model).is_dir():
-        return False
-    return looks_like_hub_id(model)
+    """Whether a model string as ``resolve_model`` left it names a hub model (a resolved
+    path is absolute). Never read against the working folder: the engine runs in a folder of
+    its own, so vLLM cannot take the id for a folder there either."""
+    return bool(model) and not model.startswith(_PATH_PREFIXES) and looks_like_hub_id(model)
 
 
 def downloads_allowed(env: dict[str, str] | None = None) -> bool:
