@@ -144,3 +144,37 @@ def test_the_offline_cache_is_what_huggingface_hub_reads(hf_cache):
         snapshot_download("spectune/tiny-draft", local_files_only=True, cache_dir=hf_cache)
     )
     assert hub.local_view("spectune/not-there") is None
+
+
+def test_a_fetch_asks_for_what_an_engine_loads_into_the_current_cache(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    files = {"org/m": ["config.json", "model-1.safetensors", "original/consolidated.00.pth"]}
+    files["org/old-head"] = ["config.json", "pytorch_model.bin"]
+    asked: dict = {}
+
+    def snapshot(repo_id, **kw):
+        if repo_id == "org/gated":
+            raise RuntimeError("401 Client Error: access to model org/gated is restricted")
+        asked[repo_id] = kw
+        return str(tmp_path / repo_id)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, r: files.get(r, []))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "c"))
+    assert hub.fetch_model("org/m") == tmp_path / "org" / "m"
+    assert hub.fetch_model("org/old-head") == tmp_path / "org" / "old-head"
+    m, old = asked["org/m"], asked["org/old-head"]
+    assert m["cache_dir"] == tmp_path / "c" and m["ignore_patterns"] == ["original/*"]
+    assert {"*.json", "*.safetensors", "tokenizer*", "*.jinja"} <= set(m["allow_patterns"])
+    assert "*.bin" not in m["allow_patterns"]  # safetensors there: no pickles
+    assert {"*.bin", "*.pth"} <= set(old["allow_patterns"])  # only pickles: those
+    with pytest.raises(hub.HubError, match=r"^org/gated did not download \(RuntimeError: 401"):
+        hub.fetch_model("org/gated")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "true")
+    assert not hub.downloads_allowed()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    assert not hub.downloads_allowed()
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE")
+    assert hub.downloads_allowed()
