@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAKE_SERVER, TINY
-from tests.pg_server import (
+# Tests never reach the Hugging Face hub: a hub id resolves from a cache a test builds
+# (tests/hf_cache.py, the ``hf_cache`` fixture); a test of downloads replaces huggingface_hub's
+# calls. Set before anything imports huggingface_hub, which reads it once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tests.helpers import FAKE_SERVER, TINY  # noqa: E402
+from tests.hf_cache import build_hf_cache  # noqa: E402
+from tests.pg_server import (  # noqa: E402
     PgServer,
     PgUnavailable,
     create_database,
@@ -33,6 +39,31 @@ def space_dir(tmp_path: Path) -> Path:
     from tests.fake_space import make_space_dir
 
     return make_space_dir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def hf_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An offline hub cache of the tiny models (spectune/tiny-target, -draft, -eagle,
+    -eagle3, -target-mtp), built once per session."""
+    return build_hf_cache(tmp_path_factory.mktemp("hf") / "hub")
+
+
+@pytest.fixture
+def hf_cache(hf_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """That cache as this test's HF_HUB_CACHE, offline."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(hf_cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return hf_cache_dir
+
+
+@pytest.fixture
+def empty_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty HF_HUB_CACHE, offline: no hub model is on this machine."""
+    cache = tmp_path / "empty-hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
 
 
 @pytest.fixture

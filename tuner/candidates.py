@@ -28,6 +28,7 @@ __all__ = [
     "other_targets",
     "params_to_config",
     "sample_candidate",
+    "space_models",
     "speculative_config",
     "start_params",
 ]
@@ -37,7 +38,7 @@ def _served_by(space: SearchSpace, method: str) -> str | None:
     """The checkpoint (as written) a method serves instead of engine.model, if any."""
     spec = getattr(space.methods, method, None)
     model = getattr(spec, "model", None)
-    if model and space.resolve(model) != space.resolve(space.engine.model):
+    if model and space.resolve_model(model) != space.resolve_model(space.engine.model):
         return model
     return None
 
@@ -47,6 +48,24 @@ def other_targets(space: SearchSpace) -> list[str]:
     Each is another target: measured with its own baseline, reported apart."""
     out = [t for m in space.methods.enabled() if (t := _served_by(space, m))]
     return list(dict.fromkeys(out))
+
+
+def space_models(space: SearchSpace) -> list[tuple[str, str]]:
+    """(field, model as the engine gets it) for every checkpoint the space names: the
+    target, each draft and head, the MTP checkpoint; each model once, under its first field."""
+    m = space.methods
+    named = [("engine.model", space.engine.model)]
+    if m.draft_model is not None:
+        named += [("methods.draft_model.drafts", d) for d in m.draft_model.drafts]
+    for name in ("eagle", "eagle3"):
+        if (spec := getattr(m, name)) is not None:
+            named += [(f"methods.{name}.heads", h) for h in spec.heads]
+    if m.mtp is not None and m.mtp.model is not None:
+        named.append(("methods.mtp.model", m.mtp.model))
+    out: dict[str, str] = {}
+    for field, written in named:
+        out.setdefault(space.resolve_model(written), field)
+    return [(field, model) for model, field in out.items()]
 
 
 def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]:
@@ -181,13 +200,13 @@ def grid_configs(space: SearchSpace) -> list[dict[str, Any]]:
 def speculative_config(params: dict[str, Any], space: SearchSpace) -> dict[str, Any] | None:
     if params["method"] == "none":
         return None
-    return METHODS[params["method"]].speculative_config(params, space.resolve)
+    return METHODS[params["method"]].speculative_config(params, space.resolve_model)
 
 
 def engine_config(params: dict[str, Any], space: SearchSpace) -> EngineConfig:
     e = space.engine
     return EngineConfig(
-        model=space.resolve(params.get("target") or e.model),
+        model=space.resolve_model(params.get("target") or e.model),
         served_model_name=e.served_model_name,
         max_model_len=e.max_model_len,
         max_num_seqs=params["max_num_seqs"],

@@ -192,6 +192,7 @@ def run_job(
                 study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
         store.sync_trial_slots(job_id, slots_used(study))
     measurer = (measurers or default_measurer)(ctx, prompts)
+    measurer.prepare()  # the job's hub models fetched before any launch or trial clock
     if space.hosted and measurer.live and ctx.owner:
         measure_references(store, job_id, space, prompts)
     runner = TrialRunner(ctx, measurer, strategy)

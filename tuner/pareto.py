@@ -275,7 +275,7 @@ def job_report(
     space = space_of_job(store.job(job_id), for_reading=True)
     rows = store.trials(job_id, states=("complete", "pruned"), launched_only=True)
     pruned_numbers = {r.number for r in rows if r.state == "pruned"}
-    main = space.resolve(space.engine.model)
+    main = space.resolve_model(space.engine.model)
     tgt = target or main
     seen = [main] + [r.engine_config.get("model") for r in rows]
     if target is not None and target not in seen:

@@ -1,7 +1,11 @@
 """Pre-flight checks: refuse a doomed candidate in milliseconds instead of an engine launch.
 
-Each check reads only small files (``config.json``, ``tokenizer.json``, safetensors headers):
-- the target is a local folder (an offline machine cannot fetch a hub id);
+Each check reads only small files (``config.json``, ``tokenizer.json``, safetensors headers),
+where ``tuner.hub`` finds them: a local folder, or a hub model's cached snapshot, else (when
+downloads are allowed and the caller lets it) those small files fetched into the cache. A hub
+model whose files are not on this machine is never refused for it: the checks that need it
+are skipped with a note ("checked at launch"), and so is the memory check without its weights.
+- a model path is a local folder;
 - a draft model shares the target's vocabulary size and token ids;
 - an EAGLE / EAGLE-3 head fits its target: hidden size, vocabulary, and the shape of its
   ``fc`` layer (2x hidden for EAGLE, 3x for EAGLE-3);
@@ -13,6 +17,7 @@ Every refusal names the field of the search space it comes from.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass
@@ -23,6 +28,16 @@ import psutil
 
 from tuner.engines import EngineConfig
 from tuner.hardware import nvidia_smi
+from tuner.hub import (
+    HubError,
+    downloads_allowed,
+    fetch_config_files,
+    has_weights,
+    is_hub_id,
+    local_view,
+    not_here_note,
+    remote_tensors,
+)
 
 __all__ = [
     "MemoryEstimate",
@@ -39,9 +54,17 @@ class PreflightError(ValueError):
     """A candidate refused before any engine time is spent; the message names the field."""
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, _mtime_ns: int, _size: int) -> Any:
+    """One parse per file version: a grid reads the same tokenizer.json (9 MB for Llama 3)
+    once per configuration."""
+    return json.loads(path.read_text())
+
+
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        st = path.stat()
+        data = _parsed(path, st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
         raise PreflightError(f"{what}: {path} not found") from None
     except (OSError, json.JSONDecodeError) as e:
@@ -49,6 +72,32 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PreflightError(f"{what}: {path} is not a JSON object")
     return data
+
+
+def _locate(model: str, field: str, fetch: bool, notes: list[str]) -> Path | None:
+    """The folder pre-flight reads ``model`` from. A path that is no folder is refused; a hub
+    model not on this machine has its small files fetched when ``fetch`` and downloads are
+    allowed, else None with a note (checked later, never refused for it)."""
+    if not is_hub_id(model):
+        if not Path(model).is_dir():
+            raise PreflightError(f"{field}: {model} is not a local model folder")
+        return Path(model)
+    view = local_view(model)
+    if view is not None:
+        return view
+    allowed = downloads_allowed()
+    if fetch and allowed:
+        try:
+            return fetch_config_files(model)
+        except HubError as e:
+            raise PreflightError(f"{field}: {e}") from None
+    notes.append(not_here_note(field, model, will_download=allowed))
+    return None
+
+
+def _online(model: str, fetch: bool) -> bool:
+    """Whether what a hub model's folder lacks (weights: their headers) may be read remotely."""
+    return fetch and is_hub_id(model) and downloads_allowed()
 
 
 def _vocab(model_dir: Path, cfg: dict[str, Any], what: str) -> tuple[int, dict | None]:
@@ -81,8 +130,21 @@ def safetensors_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
     return out
 
 
-def _weights_bytes(model_dir: Path) -> int:
-    return sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+def _weights_bytes(model: str, folder: Path, online: bool) -> int | None:
+    """Bytes of a model's weights: a folder's safetensors files; a hub model's cached
+    safetensors (its pickles when it has none), else the hub's safetensors headers when
+    ``online``; None: unknown (a hub model whose weights are not in the cache)."""
+    if not is_hub_id(model):
+        return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    if has_weights(folder):
+        files = list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))
+        return sum(f.stat().st_size for f in files)
+    if online:
+        try:
+            return sum(b for _, _, b in remote_tensors(model).values()) or None
+        except HubError:
+            return None
+    return None
 
 
 def _kv_bytes_per_token(cfg: dict[str, Any], dtype: str | None, layers: int | None = None) -> int:
@@ -135,23 +197,34 @@ def device_memory_bytes(device: str) -> int | None:
         return None
 
 
-def estimate_memory(cfg: EngineConfig, memory_bytes: int | None) -> MemoryEstimate:
-    """A lower bound: weights plus a full KV cache for every sequence at max_model_len."""
-    target = Path(cfg.model)
+def estimate_memory(
+    cfg: EngineConfig, memory_bytes: int | None, *, fetch: bool = False
+) -> MemoryEstimate | None:
+    """A lower bound: weights plus a full KV cache for every sequence at max_model_len.
+    None when a hub model's weights are not on this machine (nor, with ``fetch``, their
+    headers on the hub): unknown, never guessed."""
+    target = local_view(cfg.model)
+    if target is None:
+        return None
     tcfg = _read_json(target / "config.json", "engine.model")
-    weights = _weights_bytes(target)
+    weights = _weights_bytes(cfg.model, target, _online(cfg.model, fetch))
     per_token = _kv_bytes_per_token(tcfg, cfg.dtype)
     spec = cfg.speculative_config or {}
     method = spec.get("method")
     if method in ("draft_model", "eagle", "eagle3") and spec.get("model"):
-        d = Path(spec["model"])
-        if d.is_dir():
-            weights += _weights_bytes(d)
+        d = local_view(str(spec["model"]))
+        if d is not None:
+            more = _weights_bytes(str(spec["model"]), d, _online(str(spec["model"]), fetch))
+            weights = None if more is None or weights is None else weights + more
             dcfg = _read_json(d / "config.json", "draft")
             layers = 1 if method in ("eagle", "eagle3") else None
             per_token += _kv_bytes_per_token(dcfg, cfg.dtype, layers)
+        elif is_hub_id(str(spec["model"])):
+            weights = None
     elif method == "mtp":
         per_token += _kv_bytes_per_token(tcfg, cfg.dtype, _mtp_layers(tcfg) or 0)
+    if weights is None:
+        return None
     kv = per_token * cfg.max_model_len * cfg.max_num_seqs
     if cfg.device == "cpu" and cfg.cpu_kvcache_gib is not None:
         # The KV cache is set exactly; the fraction does not bound it.
@@ -168,11 +241,17 @@ def _mtp_layers(cfg: dict[str, Any]) -> int:
     return 0
 
 
-def _check_draft(target: Path, tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
-    draft = Path(spec["model"])
+def _check_draft(
+    target: Path | None,
+    tcfg: dict[str, Any] | None,
+    spec: dict[str, Any],
+    fetch: bool,
+    notes: list[str],
+) -> None:
     field = "methods.draft_model.drafts"
-    if not draft.is_dir():
-        raise PreflightError(f"{field}: {draft} is not a local folder")
+    draft = _locate(str(spec["model"]), field, fetch, notes)
+    if target is None or tcfg is None or draft is None:
+        return  # a hub model not on this machine: noted, checked at launch
     t_size, t_vocab = _vocab(target, tcfg, "engine.model")
     d_size, d_vocab = _vocab(draft, _read_json(draft / "config.json", field), field)
     if d_size != t_size:
@@ -187,18 +266,32 @@ def _check_draft(target: Path, tcfg: dict[str, Any], spec: dict[str, Any]) -> No
         )
 
 
-def _check_eagle(tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
+def _head_shapes(model: str, head: Path, fetch: bool) -> dict[str, tuple[list[int], str]]:
+    """The head's tensor shapes: its local safetensors headers, else the hub's."""
+    shapes = safetensors_shapes(head)
+    if not shapes and _online(model, fetch):
+        try:
+            shapes = {k: (v[0], v[1]) for k, v in remote_tensors(model).items()}
+        except HubError:
+            return {}  # the shape check is skipped; the engine's load checks it
+    return shapes
+
+
+def _check_eagle(
+    tcfg: dict[str, Any] | None, spec: dict[str, Any], fetch: bool, notes: list[str]
+) -> None:
     method = spec["method"]
     field = f"methods.{method}.heads"
-    head = Path(spec.get("model") or "")
-    if not head.is_dir():
-        raise PreflightError(f"{field}: {head} is not a local folder")
+    model = str(spec.get("model") or "")
+    head = _locate(model, field, fetch, notes)
+    if head is None or tcfg is None:
+        return  # a hub model not on this machine: noted, checked at launch
     hcfg = _read_json(head / "config.json", field)
     t_hidden = tcfg.get("hidden_size")
     archs = " ".join(hcfg.get("architectures") or [])
     if method == "eagle3" and "Eagle3" not in archs:
         raise PreflightError(
-            f"{field}: {head} is not an EAGLE-3 head (architectures: {archs or 'none'})"
+            f"{field}: {model} is not an EAGLE-3 head (architectures: {archs or 'none'})"
         )
     want_hidden = hcfg.get("target_hidden_size") or hcfg.get("hidden_size")
     if t_hidden is not None and want_hidden != t_hidden:
@@ -212,7 +305,7 @@ def _check_eagle(tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
         raise PreflightError(f"{field}: draft_vocab_size {h_vocab} exceeds target {t_vocab}")
     if method == "eagle" and isinstance(h_vocab, int) and t_vocab and h_vocab != t_vocab:
         raise PreflightError(f"{field}: head vocab_size {h_vocab} != target {t_vocab}")
-    shapes = safetensors_shapes(head)
+    shapes = _head_shapes(model, head, fetch)
     fc = next((v for k, v in shapes.items() if k.endswith("fc.weight")), None)
     h_hidden = hcfg.get("hidden_size")
     if fc is not None and isinstance(h_hidden, int) and isinstance(t_hidden, int):
@@ -239,33 +332,48 @@ def _check_mtp(tcfg: dict[str, Any], spec: dict[str, Any]) -> None:
         )
 
 
-def preflight(cfg: EngineConfig, *, memory_bytes: int | None = -1) -> MemoryEstimate | None:
+def preflight(
+    cfg: EngineConfig,
+    *,
+    memory_bytes: int | None = -1,
+    notes: list[str] | None = None,
+    fetch: bool = True,
+) -> MemoryEstimate | None:
     """Raise PreflightError for a candidate that cannot work; returns the memory estimate.
 
     ``memory_bytes``: what the memory fraction applies to; -1 detects it, None skips the
-    memory check.
+    memory check. ``notes`` gets what was not checked and why (a hub model not on this
+    machine). ``fetch``: a hub model's small files (and headers) may be downloaded when
+    downloads are allowed; ``spectune plan`` passes False and downloads nothing.
     """
-    target = Path(cfg.model)
-    if not target.is_dir():
-        # A hub id would need network access; on an offline machine it cannot load.
-        raise PreflightError(f"engine.model: {cfg.model} is not a local model folder")
-    tcfg = _read_json(target / "config.json", "engine.model")
-    _vocab(target, tcfg, "engine.model")
+    notes = [] if notes is None else notes
+    target = _locate(cfg.model, "engine.model", fetch, notes)
+    tcfg = _read_json(target / "config.json", "engine.model") if target is not None else None
+    if target is not None and tcfg is not None:
+        _vocab(target, tcfg, "engine.model")
     if cfg.chat_template and not Path(cfg.chat_template).is_file():
         raise PreflightError(f"engine.chat_template: {cfg.chat_template} is not a file")
     spec = cfg.speculative_config or {}
     method = spec.get("method")
     if method == "draft_model":
-        _check_draft(target, tcfg, spec)
+        _check_draft(target, tcfg, spec, fetch, notes)
     elif method in ("eagle", "eagle3"):
-        _check_eagle(tcfg, spec)
-    elif method == "mtp":
+        _check_eagle(tcfg, spec, fetch, notes)
+    elif method == "mtp" and tcfg is not None:
         _check_mtp(tcfg, spec)
     if memory_bytes == -1:
         memory_bytes = device_memory_bytes(cfg.device)
     if memory_bytes is None:
         return None
-    est = estimate_memory(cfg, memory_bytes)
+    est = estimate_memory(cfg, memory_bytes, fetch=fetch)
+    if est is None:
+        models = [cfg.model, str(spec.get("model") or "")]
+        missing = [m for m in models if is_hub_id(m) and local_view(m, weights=True) is None]
+        notes.append(
+            f"memory_fraction: not checked: the weights of {', '.join(missing)} are not in "
+            "the local Hugging Face cache (their size is unknown until they are)"
+        )
+        return None
     gib = 2**30
     if not est.fits and cfg.device == "cpu" and cfg.cpu_kvcache_gib is not None:
         raise PreflightError(

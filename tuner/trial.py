@@ -95,7 +95,7 @@ class TrialRunner:
         )
         trial.set_user_attr("spectune_trial_id", trial_id)
         try:
-            got = self._run(trial, cfg, params)
+            got = self._run(trial, trial_id, cfg, params)
             primary = got.primary(space)
             cons = constraint_values(primary, space.slo.limits())
             rate, p_value = got.lossless_match_rate, got.lossless_p_value
@@ -211,11 +211,16 @@ class TrialRunner:
             p_value = distribution_p_value(ref_samples, samples, seed=self.ctx.space.seed)
         return rate, p_value
 
-    def _run(self, trial: optuna.Trial, cfg: EngineConfig, params: dict[str, Any]) -> Measured:
+    def _run(
+        self, trial: optuna.Trial, trial_id: int, cfg: EngineConfig, params: dict[str, Any]
+    ) -> Measured:
         reused = self._reuse(trial, cfg, params)
         if reused is not None:
             return reused
-        self.measurer.check(cfg)
+        if notes := self.measurer.check(cfg):
+            # What pre-flight could not check (a hub model not on this machine), with the
+            # trial: a failure at launch then reads with its cause.
+            self.ctx.store.add_trial_note(trial_id, "preflight", notes)
         space = self.ctx.space
         prune = None
         if space.measurement.prune and cfg.speculative_config is not None:

@@ -112,7 +112,7 @@ def test_prices_cover_every_depth_and_say_why_a_proposer_is_not_priced():
                 "prompt_lookup_min": 1,
                 "prompt_lookup_max": 2,
             },
-            "head": {"method": "eagle", "num_speculative_tokens": 2, "head": "h"},
+            "head": {"method": "eagle", "num_speculative_tokens": 2, "head": "no/such/head"},
         },
         seqs,
         6,

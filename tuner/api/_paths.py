@@ -4,8 +4,8 @@ Each path is resolved first (``..`` and every symlink followed) and only then ch
 containment, so neither ``../../etc`` nor a symlink inside a root that points out of it
 escapes. Files the job reads (workload, replay surface, chat template) must be regular
 files under the size limit: a FIFO would block the worker forever and ``/dev/zero`` would
-never end. Model folders
-must be folders when they exist (one that does not is refused later, by pre-flight).
+never end. Model folders must be folders when they exist (one that does not is refused later, by pre-flight); a model
+named by Hugging Face hub id is no path and passes (the worker fetches it into its cache).
 Called from sync routes, so the ``stat`` calls run in the thread pool, off the event loop.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tuner.api.settings import ServiceSettings
 from tuner.errors import FieldProblem, InvalidInput
+from tuner.hub import is_hub_id
 from tuner.space import SearchSpace
 
 __all__ = ["as_written", "check_paths", "path_problem"]
@@ -25,24 +26,33 @@ __all__ = ["as_written", "check_paths", "path_problem"]
 Loc = tuple[str | int, ...]
 
 
-def _named(space: SearchSpace) -> Iterator[tuple[Loc, str, bool]]:
-    """(field path, path as written, is a file the job reads) for every path in the space."""
-    if space.engine.surface is not None:
-        yield ("engine", "surface"), space.engine.surface, True
-    yield ("engine", "model"), space.engine.model, False
-    if space.engine.chat_template is not None:
-        yield ("engine", "chat_template"), space.engine.chat_template, True
+def _models(space: SearchSpace) -> Iterator[tuple[Loc, str]]:
+    """(field path, model as written) for every checkpoint the space names."""
+    yield ("engine", "model"), space.engine.model
     m = space.methods
     if m.draft_model is not None:
         for i, d in enumerate(m.draft_model.drafts):
-            yield ("methods", "draft_model", "drafts", i), d, False
+            yield ("methods", "draft_model", "drafts", i), d
     for name in ("eagle", "eagle3"):
         meth = getattr(m, name)
         if meth is not None:
             for i, h in enumerate(meth.heads):
-                yield ("methods", name, "heads", i), h, False
+                yield ("methods", name, "heads", i), h
     if m.mtp is not None and m.mtp.model is not None:
-        yield ("methods", "mtp", "model"), m.mtp.model, False
+        yield ("methods", "mtp", "model"), m.mtp.model
+
+
+def _named(space: SearchSpace) -> Iterator[tuple[Loc, str, bool]]:
+    """(field path, path as written, is a file the job reads) for every path in the space.
+    A model named by Hugging Face hub id is no path (``tuner.hub``'s rule: nothing of that
+    name in the space's folder): it is not confined, it is fetched into the cache."""
+    if space.engine.surface is not None:
+        yield ("engine", "surface"), space.engine.surface, True
+    for loc, written in _models(space):
+        if not is_hub_id(space.resolve_model(written)):
+            yield loc, written, False
+    if space.engine.chat_template is not None:
+        yield ("engine", "chat_template"), space.engine.chat_template, True
     if space.workloads:
         for i, w in enumerate(space.workloads):
             if w.path is not None:

@@ -195,8 +195,9 @@ class TrialPublic(FrozenModel):
         "neighbour), why, predicted (made before the launch, never a measurement: objective, "
         "value, rel_sigma, workload, concurrency, level (workload@concurrency), metrics, "
         "basis, notes), offline (acceptance priced on the baseline's outputs before the "
-        "launch, or why not: unpriced), skipped (proposers the guide did not launch, and why) "
-        "and class (proposed: what was "
+        "launch, or why not: unpriced), skipped (proposers the guide did not launch, and why), "
+        "preflight (what pre-flight could not check before the launch and why, e.g. a hub "
+        "model not in the local Hugging Face cache) and class (proposed: what was "
         "proposed, why: why its class's member was launched instead); null for older jobs",
     )
     prediction_error_pct: float | None = Field(

@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from tuner.candidates import engine_config, grid_params, params_to_config
+from tuner.candidates import engine_config, grid_params, params_to_config, space_models
+from tuner.hardware import nvidia_smi
+from tuner.hub import downloads_allowed, is_hub_id, local_view
 from tuner.measure import load_all_prompts
 from tuner.methods import params_text
 from tuner.preflight import PreflightError, device_memory_bytes, preflight
@@ -69,15 +71,38 @@ def _label(c: dict[str, Any]) -> str:
     return f"{params_text(c)} seqs={c['max_num_seqs']} mem={c['memory_fraction']}"
 
 
-def _preflight_grid(space: SearchSpace, configs: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _preflight_grid(
+    space: SearchSpace, configs: list[dict[str, Any]]
+) -> tuple[list[dict[str, str]], list[str]]:
+    """(refused configurations, notes of what was not checked), downloading nothing."""
     memory = device_memory_bytes(space.engine.device)
     refused = []
+    notes: list[str] = []
     for c in configs:
         try:
-            preflight(engine_config(c, space), memory_bytes=memory)
+            preflight(engine_config(c, space), memory_bytes=memory, notes=notes, fetch=False)
         except PreflightError as e:
             refused.append({"configuration": _label(c), "reason": str(e)})
-    return refused
+    return refused, list(dict.fromkeys(notes))
+
+
+def _hub_models(space: SearchSpace) -> list[dict[str, Any]]:
+    """Each hub model of the space and whether this machine's cache holds it (what the job
+    downloads before its first launch); read from the cache only, never the network."""
+    out = []
+    for field, model in space_models(space):
+        if is_hub_id(model):
+            cached = local_view(model, weights=True) is not None
+            out.append({"field": field, "model": model, "cached": cached})
+    return out
+
+
+def _hardware(space: SearchSpace) -> dict[str, Any]:
+    """The device the space launches on and whether this machine has it (nvidia-smi)."""
+    device = space.engine.device
+    gpus = (nvidia_smi("name") or []) if device == "cuda" else []
+    needs = device == "cuda" and space.engine.surface is None
+    return {"device": device, "needs_gpu": needs, "gpus": gpus, "gpu_found": bool(gpus)}
 
 
 def plan_space(space: SearchSpace, source: str, db_url: str | None) -> dict[str, Any]:
@@ -112,9 +137,12 @@ def plan_space(space: SearchSpace, source: str, db_url: str | None) -> dict[str,
             out["preflight"] = {"checked": True, "refused": refused}
         runnable = len(configs) - len(out["preflight"]["refused"])
     else:
-        refused = _preflight_grid(space, configs)
-        out["preflight"] = {"checked": True, "refused": refused}
+        refused, notes = _preflight_grid(space, configs)
+        out["preflight"] = {"checked": True, "refused": refused, "notes": notes}
         runnable = len(configs) - len(refused)
+    out["hub_models"] = [] if replay is not None else _hub_models(space)
+    out["downloads_allowed"] = downloads_allowed()
+    out["hardware"] = _hardware(space)
     ms = space.measurement
     launches = 0 if replay is not None else min(space.trials, runnable)
     off = replay is not None or ms.confirm_top <= 0
@@ -152,8 +180,12 @@ def plan_text(p: dict[str, Any]) -> str:
     elif pf["refused"]:
         lines.append(f"pre-flight: {len(pf['refused'])} configurations refused:")
         lines += [f"  {r['configuration']}: {r['reason']}" for r in pf["refused"]]
+    elif pf.get("notes"):
+        lines.append("pre-flight: no configuration refused; not checked yet:")
     else:
         lines.append("pre-flight: every configuration passes")
+    lines += [f"  {n}" for n in pf.get("notes", [])]
+    lines += _hub_lines(p)
     est = p["estimate"]
     if p["replay_surface"] is not None:
         lines.append(
@@ -177,3 +209,30 @@ def plan_text(p: dict[str, Any]) -> str:
             f"({est['seconds_per_launch']:.0f} s a launch: {est['seconds_per_launch_from']})"
         )
     return "\n".join(lines)
+
+
+def _hub_lines(p: dict[str, Any]) -> list[str]:
+    """The hub models and what the job does about them; the GPU a CUDA job needs."""
+    out = []
+    hub = p.get("hub_models") or []
+    if hub:
+        missing = [h for h in hub if not h["cached"]]
+        if not missing:
+            then = "nothing to download"
+        elif p.get("downloads_allowed"):
+            then = f"the job downloads {len(missing)} before its first launch"
+        else:
+            then = f"HF_HUB_OFFLINE is set: no download, {len(missing)} checked at launch"
+        out.append(f"Hugging Face models: {len(hub)} ({then})")
+        for h in hub:
+            where = "in the local cache" if h["cached"] else "NOT in the local cache"
+            out.append(f"  {h['model']} ({h['field']}): {where}")
+    hw = p.get("hardware") or {}
+    if hw.get("needs_gpu") and not hw.get("gpu_found"):
+        out.append(
+            "hardware: this job needs a GPU (engine.device: cuda) and this machine has none "
+            "(nvidia-smi found no GPU): run it on a GPU machine"
+        )
+    elif hw.get("needs_gpu"):
+        out.append(f"hardware: cuda on {len(hw['gpus'])} GPU(s): {', '.join(hw['gpus'])}")
+    return out

@@ -31,10 +31,22 @@ from tuner.engines._base import EngineConfig, EngineLaunchError, FailReason
 from tuner.engines._pidfiles import reap_stale, record_group
 from tuner.engines._probe import EngineProbe
 
-__all__ = ["VISIBLE_DEVICES_ENV", "ServerProcess", "classify_failure", "free_port", "reap_stale"]
+__all__ = [
+    "HUB_TOKEN_KEYS",
+    "VISIBLE_DEVICES_ENV",
+    "ServerProcess",
+    "classify_failure",
+    "free_port",
+    "reap_stale",
+]
 
 # The one variable CUDA engines (vLLM, SGLang) read to see only some GPUs.
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+# Hugging Face access tokens, left out of every engine's environment: the job fetches hub
+# models before the launch and the engine runs offline (HF_HUB_OFFLINE=1) from that cache, so
+# it never needs one, and a token an engine never had cannot end up in its log.
+HUB_TOKEN_KEYS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 
 # Ordered: the first family whose pattern matches the log tail names the reason.
 _OOM_PATTERNS = [
@@ -220,6 +232,10 @@ class ServerProcess(abc.ABC):
         self.argv, env = self.command(self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cache_root.mkdir(parents=True, exist_ok=True)
+        # An empty working folder of its own: a hub id (``--model org/name``) is never taken
+        # for a folder of that name wherever the worker was started (vLLM looks there first).
+        cwd = self.cache_root / "cwd"
+        cwd.mkdir(exist_ok=True)
         t0 = time.monotonic()
         with self.log_path.open("wb") as log:
             log.write(("$ " + shlex.join(self.argv) + "\n").encode())
@@ -230,6 +246,7 @@ class ServerProcess(abc.ABC):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                cwd=cwd,
                 start_new_session=True,
             )
         self._pid_file = record_group(self.run_dir, self.proc.pid, self.argv)

@@ -17,7 +17,7 @@ from typing import ClassVar
 from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig, ExportUnsupported
 from tuner.engines._probe import EngineProbe
-from tuner.engines._process import ServerProcess
+from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
 from tuner.engines._sglang_probe import SGLangProbe
 
 __all__ = [
@@ -120,7 +120,7 @@ class SGLangServer(ServerProcess):
         return [*prefix, *argv, "--enable-metrics", *self.cfg.extra_args]
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in HUB_TOKEN_KEYS}
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"

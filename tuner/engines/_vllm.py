@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig
 from tuner.engines._probe import EngineProbe
-from tuner.engines._process import ServerProcess
+from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
 from tuner.engines._vllm_probe import VLLMProbe
 
 __all__ = [
@@ -210,10 +210,12 @@ def export_cli(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> str:
 
 
 def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None = None) -> dict:
-    """The server's whole environment: the inherited one less its speed variables, the
-    machine-private settings below, then ``speed_env`` (the only source of speed variables)."""
+    """The server's whole environment: the inherited one less its speed variables and hub
+    tokens, the machine-private settings below (offline: a hub id loads from the cache the
+    job filled; HF_HUB_CACHE/HF_HOME are inherited), then ``speed_env`` (the only source of
+    speed variables)."""
     src = os.environ if base is None else base
-    env = {k: v for k, v in src.items() if not is_speed_key(k)}
+    env = {k: v for k, v in src.items() if not is_speed_key(k) and k not in HUB_TOKEN_KEYS}
     env.update(
         {
             "HF_HUB_OFFLINE": "1",

@@ -14,6 +14,7 @@ from tuner.engines import EngineConfig, EngineLaunchError, server_class
 from tuner.loadgen import LoadError
 from tuner.measure._control import JobCancelled, JobControl, Pruned, TrialFailed
 from tuner.measure._distribution import Samples
+from tuner.measure._hub import HubModels
 from tuner.measure._measured import Measured
 from tuner.measure._protocol import (
     greedy_outputs,
@@ -42,10 +43,16 @@ class Measurer(ABC):
 
     live = True  # False for a replay: nothing to re-launch, confirm or compare with a host
 
-    def check(self, cfg: EngineConfig) -> None:
-        """Refuse a configuration before any launch (raises TrialFailed); a recorded
-        surface has nothing to check."""
+    def prepare(self) -> None:
+        """Ready what every launch needs, once, before the first (a job's hub models
+        fetched); a recorded surface needs nothing."""
         return None
+
+    def check(self, cfg: EngineConfig) -> list[str]:
+        """Refuse a configuration before any launch (raises TrialFailed); returns what
+        could not be checked and why (notes stored with the trial). A recorded surface has
+        nothing to check."""
+        return []
 
     @abstractmethod
     def measure(
@@ -85,14 +92,22 @@ class LaunchMeasurer(Measurer):
         self.control, self.on_launch, self.launcher = control, on_launch, launcher
         self.devices = devices  # this worker's accelerators (None: the engine's default)
         self.server_cls = server_class(space.engine.kind)
+        self.hub = HubModels(space)
 
-    def check(self, cfg: EngineConfig) -> None:
+    def prepare(self) -> None:
+        self.hub.prepare()
+
+    def check(self, cfg: EngineConfig) -> list[str]:
+        if (why := self.hub.problem(cfg)) is not None:
+            raise TrialFailed("invalid_config", f"pre-flight: {why}")
+        notes: list[str] = []
         try:
-            preflight(cfg)
+            preflight(cfg, notes=notes)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
         if (why := self.server_cls.speculative_problem(cfg.speculative_config)) is not None:
             raise TrialFailed("invalid_config", f"pre-flight: {why}")
+        return notes
 
     def measure(
         self,
@@ -104,6 +119,7 @@ class LaunchMeasurer(Measurer):
         lossless: LosslessCheck | None = None,
         confirm: bool = False,
     ) -> Measured:
+        self.hub.prepare()  # a no-op after the job's first; never inside a start-up
         server = self.server_cls(
             cfg,
             log_path,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.hub import is_hub_id, local_view
 from tuner.offline._draft import DraftGuesses
 from tuner.offline._heads import HEAD_METHODS, head_guesses
 from tuner.offline._ngram import ngram_propose
@@ -97,6 +98,17 @@ class OfflinePrices:
         )
 
 
+def _on_machine(model: str) -> tuple[str, str | None]:
+    """(what transformers loads, None) for a local path or a hub model cached with its
+    weights; (model, why not) for a hub model that is not: pricing never downloads."""
+    if not is_hub_id(model):
+        return model, None
+    view = local_view(model, weights=True)
+    if view is None:
+        return model, "not in the local Hugging Face cache with its weights"
+    return str(view), None
+
+
 def price_proposers(
     proposers: Mapping[str, Mapping[str, Any]],
     seqs: Sequence[TokenSequence],
@@ -115,19 +127,31 @@ def price_proposers(
     by: dict[str, dict[int, OfflineAcceptance]] = {}
     unpriced: dict[str, str] = {}
     drafts: dict[str, DraftGuesses] = {}
-    heads = {
-        key: (str(c["method"]), resolve(str(c.get("head") or target or "")))
-        for key, c in proposers.items()
-        if c.get("method") in HEAD_METHODS
-    }
+    heads: dict[str, tuple[str, str]] = {}
+    shown: dict[str, str] = {}  # a cached snapshot's folder -> the hub id, for the reasons
+    for key, c in proposers.items():
+        if c.get("method") in HEAD_METHODS:
+            head = str(c.get("head") or target or "")
+            where, why = _on_machine(resolve(head))
+            if why is None:
+                heads[key] = (str(c["method"]), where)
+                shown[where] = head
+            else:
+                unpriced[key] = f"not priced offline: {c['method']} head {head}: {why}"
     guesses: dict[str, Any] = {}
     if heads and seqs:
         if target is None:
             unpriced.update({k: "not priced offline: no target checkpoint given" for k in heads})
+        elif (got := _on_machine(resolve(target)))[1] is not None:
+            unpriced.update({k: f"not priced offline: target {target}: {got[1]}" for k in heads})
         else:
+            shown[got[0]] = target
             depth = max(int(proposers[k].get("num_speculative_tokens") or 1) for k in heads)
-            guesses, why = head_guesses(heads, resolve(target), seqs, depth, device)
-            unpriced.update({k: f"not priced offline: {r}" for k, r in why.items()})
+            guesses, why_not = head_guesses(heads, got[0], seqs, depth, device)
+            for k, r in why_not.items():
+                for where, name in shown.items():
+                    r = r.replace(where, name) if where != name else r
+                unpriced[k] = f"not priced offline: {r}"
     for key, c in proposers.items():
         method, top = c.get("method"), int(c.get("num_speculative_tokens") or 0)
         if not seqs:
@@ -140,7 +164,10 @@ def price_proposers(
                 return ngram_propose(full[:ctx], k, lo, hi, max_model_len)
 
         elif method == "draft_model" and c.get("draft"):
-            path = resolve(str(c["draft"]))
+            path, why = _on_machine(resolve(str(c["draft"])))
+            if why is not None:
+                unpriced[key] = f"not priced offline: draft {c['draft']}: {why}"
+                continue
             if path not in drafts:
                 try:
                     drafts[path] = DraftGuesses(path, seqs, device)

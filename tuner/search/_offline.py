@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.hub import local_view
 from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices, TokenSequence, price_proposers
 from tuner.search._depth import DepthPoint, Prediction, predict_from_baseline, step_ms
 from tuner.search._layout import (
@@ -98,7 +99,7 @@ def offline_prices(
             own,
             [TokenSequence.from_stored(s) for s in row.token_sequences],
             space.all_workloads[0].max_tokens,
-            resolve=space.resolve,
+            resolve=space.resolve_model,
             max_model_len=space.engine.max_model_len,
             device="cuda" if space.engine.device == "cuda" else "cpu",
             target=target or space.engine.model,
@@ -124,23 +125,27 @@ def _surface_prices(space: SearchSpace) -> OfflinePrices | None:
 
 
 def _size_ratio(space: SearchSpace, c: dict[str, Any]) -> float | None:
-    """A proposer model's parameters over the target's, from their config.json files."""
+    """A proposer model's parameters over the target's, from their config.json files (read
+    where they are on this machine; a hub model not in the cache: unknown)."""
     path = c.get("draft") or c.get("head")
     if not path:
         return None
     try:
-        mine = _params(Path(space.resolve(str(path))))
-        theirs = _params(Path(space.resolve(c.get("target") or space.engine.model)))
+        mine = _params(space.resolve_model(str(path)))
+        theirs = _params(space.resolve_model(c.get("target") or space.engine.model))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return mine / theirs if theirs else None
 
 
 @functools.lru_cache(maxsize=64)
-def _params(model_dir: Path) -> float:
-    """A model's parameter count from its config.json (read once per path: the guide asks
+def _params(model: str) -> float:
+    """A model's parameter count from its config.json (read once per model: the guide asks
     on every proposal)."""
-    cfg = json.loads((model_dir / "config.json").read_text())
+    view = local_view(model)
+    if view is None:
+        raise OSError(f"{model} is not on this machine")
+    cfg = json.loads((view / "config.json").read_text())
     h, n = cfg["hidden_size"], cfg.get("num_hidden_layers", 1)
     inter = cfg.get("intermediate_size", 4 * h)
     return n * (4 * h * h + 3 * h * inter) + cfg.get("vocab_size", 0) * h

@@ -48,7 +48,7 @@ class StartPoints:
         if space.warm_start <= 0:
             return []
         me = (
-            space.resolve(space.engine.model),
+            space.resolve_model(space.engine.model),
             space.engine.kind,
             hardware_fingerprint(space.engine.device),
         )
@@ -58,7 +58,7 @@ class StartPoints:
                 js = space_of_job(j)
             except ValueError:  # SpaceError included
                 continue  # a job stored by an older schema: not a safe hint
-            key = (js.resolve(js.engine.model), js.engine.kind, j.space.get("hardware"))
+            key = (js.resolve_model(js.engine.model), js.engine.kind, j.space.get("hardware"))
             if key == me and js.engine.surface is None:
                 earlier.append(j.job_id)
         ranked: list[tuple[float, dict[str, Any]]] = []

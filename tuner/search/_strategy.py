@@ -198,7 +198,7 @@ class SearchStrategy:
         """The best configuration measured so far on the first objective (engine.model)."""
         o = self.space.objectives[0]
         sign = -1.0 if o.resolved_direction == "maximize" else 1.0
-        model = self.space.resolve(self.space.engine.model)
+        model = self.space.resolve_model(self.space.engine.model)
         best: tuple[float, dict[str, Any]] | None = None
         for pt in objective_points(self.trials.current().rows, self.space, model):
             params, m = pt.params, pt.metrics

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from tuner.hub import resolve_model
 from tuner.space._engine import EngineSpec, HostedEndpoint
 from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
 from tuner.space._sampling import SamplingSpec
@@ -307,3 +308,8 @@ class SearchSpace(StrictModel):
         """Absolute form of a path written relative to the YAML file."""
         p = Path(path).expanduser()
         return str(p if p.is_absolute() else (self.base_dir / p).resolve())
+
+    def resolve_model(self, name: str) -> str:
+        """A model, draft, head or MTP checkpoint as the engine gets it: a path resolved
+        as ``resolve`` does, a Hugging Face hub id as written (``tuner.hub``)."""
+        return resolve_model(name, self.base_dir)

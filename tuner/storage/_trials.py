@@ -142,6 +142,15 @@ class TrialQueries:
             row.finished_at = utcnow()
 
     @retry_db
+    def add_trial_note(self, trial_id: int, key: str, value: Any) -> None:
+        """One more entry in a trial's ``search`` notes: what is known only once the trial
+        runs (pre-flight's notes)."""
+        with self.session() as s:
+            row = s.get(TrialModel, trial_id)
+            if row is not None:
+                row.search = {**(row.search or {}), key: value}
+
+    @retry_db
     def set_trial_log(self, trial_id: int, log_path: str) -> None:
         with self.session() as s:
             row = s.get(TrialModel, trial_id)
