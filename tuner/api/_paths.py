@@ -4,8 +4,9 @@ Each path is resolved first (``..`` and every symlink followed) and only then ch
 containment, so neither ``../../etc`` nor a symlink inside a root that points out of it
 escapes. Files the job reads (workload, replay surface, chat template) must be regular
 files under the size limit: a FIFO would block the worker forever and ``/dev/zero`` would
-never end. Model folders must be folders when they exist (one that does not is refused later, by pre-flight); a model
-named by Hugging Face hub id is no path and passes (the worker fetches it into its cache).
+never end. Model folders must be folders when they exist (one that does not is refused
+later, by pre-flight); a model named by Hugging Face hub id is no path and passes (the
+worker fetches it into its cache).
 Called from sync routes, so the ``stat`` calls run in the thread pool, off the event loop.
 """
 
