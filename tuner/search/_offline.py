@@ -240,7 +240,13 @@ def offline_predictions(
         return []
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
-    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
+    # The objective class's running batch only: a step cost or a baseline measured at
+    # another running batch (requests queued) prices another load.
+    launched = [
+        r
+        for r in rows
+        if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
+    ]
     cal = calibration(rows, metric, level)
     out = []
     for fk, members in lay.families.items():
@@ -257,7 +263,7 @@ def offline_predictions(
             else:
                 depth = int(r.params["num_speculative_tokens"])
                 pts.append((dict(r.params), DepthPoint(r.number, depth, m)))
-        base = baseline_for(bases, lay.place(members[0]))
+        base = baseline_for(bases, lay.place(members[0]), lay.concurrency)
         if base is None:
             continue
         cost = step_costs(space, pts, base, members[0], prices.size_ratio)
