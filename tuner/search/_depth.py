@@ -273,7 +273,9 @@ def predict_from_baseline(
 ) -> Prediction | None:
     """Depth ``k`` of a proposer not launched yet: the baseline's metrics moved by an
     offline acceptance (``per_position``) and a step cost s(k) = s0 * (1 + fixed +
-    per_token * k); None without a baseline step or positions reaching k."""
+    per_token * k); None without a baseline step or positions reaching k. ``baseline``
+    must have run the proposer's batch (``baseline_for``): its queue wait, if any, is
+    scaled as ``_scaled`` says."""
     s0 = step_ms(baseline)
     if s0 is None or k < 1 or len(per_position) < k:
         return None
