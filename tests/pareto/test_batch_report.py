@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from tests.search.test_batches import QUEUE_SPACE, _replay_job
 from tuner.baselines import Baselines, latency_decides, queued
 from tuner.cli._render import report_text
+from tuner.explain import explain
 from tuner.pareto import job_report
 from tuner.report import ReportQuery, pareto
 
@@ -75,3 +76,17 @@ def test_no_latency_table_when_nothing_queued_and_the_slo_is_on_tpot(tmp_path, d
     assert not rep.latency_decides and rep.baselines.all == [0]
     assert "TTFT and end-to-end per concurrency" not in report_text(rep)
     assert not pareto(store, jid, ReportQuery(workload=None, concurrency=None)).latency_decides
+
+
+def test_a_winner_that_queues_says_what_queued_and_which_baseline(tmp_path, db_url):
+    """Minimising p99 TPOT, the batch of 2 wins at concurrency 4 (smaller steps); the
+    explanation says it queued and that its verdict is against the baseline at 2."""
+    objectives = "objectives: [{metric: p99_tpot_ms}, {metric: output_tok_per_s}]\n"
+    store, jid = _replay_job(tmp_path, db_url, trials=8, space_text=QUEUE_SPACE + objectives)
+    rep = job_report(store, jid)
+    assert rep.winner is not None and rep.winner.params["max_num_seqs"] == 2
+    base2 = rep.baselines.for_trial(rep.winner.trial_number)
+    assert base2 != rep.baselines.main
+    text = " ".join(explain(rep))
+    assert "the engine ran 2 requests at once (max_num_seqs 2) and queued the rest" in text
+    assert f"against trial {base2}, the baseline at the same batch" in text
