@@ -180,6 +180,10 @@ def test_the_guide_launches_the_baseline_and_the_winner_in_each_batch_class(tmp_
     for r in batch:
         assert r.params["max_num_seqs"] == 2
         assert "a running batch of 2 at concurrency 4 -- requests queue" in r.search["why"]
+    # a prediction made at the batch of 4 is never stored beside a launch at 2
+    assert not any(
+        (r.search or {}).get("predicted") for r in rows if r.params["max_num_seqs"] == 2
+    )
     # the guide's own launches before them all ran at 4
     first_batch = rows.index(batch[0])
     assert all(r.params["max_num_seqs"] == 4 for r in rows[:first_batch])
