@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -154,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", default=str(REPO / ".spectune"))
     ap.add_argument("--job", type=int, help="only summarise this job of --db")
     args = ap.parse_args(argv)
+
+    # SIGTERM unwinds like Ctrl-C (as the CLI does): the engine in flight is stopped by its
+    # context manager instead of being orphaned.
+    def _term(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _term)
     store = Store(args.db)
     t0 = time.monotonic()
     job_id = args.job
