@@ -275,7 +275,7 @@ def _levels_text(rep: Report) -> str:
     batches = len(rep.baselines.by_class) > 1 or len(set(seqs.values())) > 1
     rows = [
         [
-            "base" if n == rep.baselines.main else f"base {n}",
+            f"base {n}" if batches else "base",
             "baseline (no speculation)" + (f" seqs={seqs.get(n)}" if batches else ""),
         ]
         + [f"{fmt(_base_ms(rep, n, c), '.2f')} ms/tok" for c in levels]
