@@ -41,6 +41,8 @@ def test_latency_decides_when_the_slo_limits_it_or_a_point_queued():
     assert latency_decides({}, {1: {4: m}}, {1: 2})  # max_num_seqs 2 < concurrency 4
     assert queued({"concurrency": 1, "mean_queue_ms": 3.5}, 4)
     assert not queued({"concurrency": 1, "mean_queue_ms": None}, 4)
+    # vLLM's own scheduling latency when nothing queues (measured: 0.03 ms) is no queue
+    assert not queued({"concurrency": 4, "mean_queue_ms": 0.03}, 4)
 
 
 def test_the_report_shows_ttft_e2e_and_queue_per_level_against_each_class(tmp_path, db_url):

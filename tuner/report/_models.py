@@ -111,7 +111,7 @@ class ParetoPoint(FrozenModel):
     queued: bool = Field(
         False,
         description="requests queued in the engine: max_num_seqs below the concurrency, or "
-        "a mean queue wait above 0",
+        "a mean queue wait of 1 ms or more (vLLM reports ~0.03 ms when nothing queues)",
     )
     baseline_trial: int | None = Field(
         None,
