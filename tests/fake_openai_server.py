@@ -18,6 +18,10 @@ Behaviour knobs (flags of this fake, not vLLM's):
   --fake-empty-text-chunks N the first N chunks of an answer carry empty text (tokens that
                           print nothing yet, as a byte-level tokenizer mid-character does)
 
+vLLM's ``--max-num-seqs N`` is honoured (FAKE scheduler, ``FakeEngine.scheduler``): at most N
+``/v1/`` requests are served at once, the rest wait; the wait is exposed as vLLM's
+``vllm:request_queue_time_seconds`` histogram (``_sum``/``_count``) in /metrics.
+
 Non-streamed requests answer with ``token_ids`` (``return_token_ids``; greedy ones also with
 ``prompt_token_ids``, the prompt's bytes): greedy ones a
 deterministic function of the prompt, so a baseline and a speculative fake agree unless
@@ -34,6 +38,7 @@ import asyncio
 import json
 import random
 import sys
+import time
 
 from aiohttp import web
 
@@ -54,6 +59,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--fake-require-key")
     ap.add_argument("--fake-tokens-per-chunk", type=int, default=1)
     ap.add_argument("--fake-empty-text-chunks", type=int, default=0)
+    ap.add_argument("--max-num-seqs", type=int, default=0)  # vLLM's flag: FAKE scheduler
     args, _unknown = ap.parse_known_args(argv)
     return args
 
@@ -71,6 +77,23 @@ class FakeEngine:
         self.resets = 0
         self.seen: list[dict] = []  # sampling fields of every completion request
         self.chats: list[list[dict]] = []  # messages of every chat request
+        # FAKE scheduler: --max-num-seqs slots; seconds waited for one, requests that took one.
+        seqs = getattr(args, "max_num_seqs", 0)
+        self.slots = asyncio.Semaphore(seqs) if seqs else None
+        self.queue_s, self.queue_n = 0.0, 0
+
+    @web.middleware
+    async def scheduler(self, req: web.Request, handler) -> web.StreamResponse:
+        """FAKE scheduler: a ``/v1/`` request waits for one of --max-num-seqs slots (a free
+        slot is no wait) and holds it until its answer ends, as vLLM's running batch."""
+        if self.slots is None or not req.path.startswith("/v1/"):
+            return await handler(req)
+        t0 = time.monotonic()
+        busy = self.slots.locked()
+        async with self.slots:
+            self.queue_s += time.monotonic() - t0 if busy else 0.0
+            self.queue_n += 1
+            return await handler(req)
 
     def step(self) -> int:
         """One engine step: returns tokens committed (1 + accepted drafts)."""
@@ -124,6 +147,15 @@ class FakeEngine:
             "# TYPE vllm:num_requests_running gauge",
             'vllm:num_requests_running{engine="0",model_name="fake"} 0.0',
         ]
+        if self.slots is not None:
+            q = 'engine="0",model_name="fake"'
+            lines += [
+                "# HELP vllm:request_queue_time_seconds FAKE scheduler's waits",
+                "# TYPE vllm:request_queue_time_seconds histogram",
+                f'vllm:request_queue_time_seconds_bucket{{{q},le="+Inf"}} {float(self.queue_n)}',
+                f"vllm:request_queue_time_seconds_sum{{{q}}} {self.queue_s}",
+                f"vllm:request_queue_time_seconds_count{{{q}}} {float(self.queue_n)}",
+            ]
         if self.spec:
             lab = 'engine="0",model_name="fake"'
             for name, v in (
@@ -258,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(1)
     eng = FakeEngine(args)
-    app = web.Application()
+    app = web.Application(middlewares=[eng.scheduler])
     app.router.add_get("/health", eng.health)
     app.router.add_get("/metrics", eng.metrics)
     app.router.add_post("/reset_prefix_cache", eng.reset_prefix_cache)

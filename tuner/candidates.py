@@ -97,10 +97,11 @@ def sample_candidate(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[
 
 
 def baseline_params(space: SearchSpace, target: str | None = None) -> dict[str, Any]:
-    """Optuna parameters of the baseline on engine.model, or on another target."""
+    """Optuna parameters of the baseline on engine.model, or on another target, at the
+    objective batch size (``SearchSpace.objective_max_num_seqs``)."""
     d: dict[str, Any] = {
         "method": "none",
-        "max_num_seqs": space.max_num_seqs[0],
+        "max_num_seqs": space.objective_max_num_seqs,
         "memory_fraction": space.memory_fraction[0],
     }
     if other_targets(space):
@@ -116,7 +117,7 @@ def start_params(space: SearchSpace) -> list[dict[str, Any]]:
         spec = getattr(space.methods, sp.method)
         d: dict[str, Any] = {
             "method": sp.method,
-            "max_num_seqs": sp.max_num_seqs or space.max_num_seqs[0],
+            "max_num_seqs": sp.max_num_seqs or space.objective_max_num_seqs,
             "memory_fraction": sp.memory_fraction or space.memory_fraction[0],
         }
         for p in m.active(spec):

@@ -6,7 +6,8 @@ made close together compare fairly on a host whose speed drifts. So, one launch 
 (``next_launch`` decides, from the report as it stands after the last launch):
 
 1. the baseline until it has two undisturbed launches (every verdict divides by it; a
-   disturbed launch is launched again, never dropped);
+   disturbed launch is launched again, never dropped), and the baseline of the winner's
+   batch class too when that is another (``tuner.baselines``);
 2. a configuration kept off the front only by noisy repeats that would rank above the
    winner (a disturbed launch is measured again, not only flagged);
 3. the winner until it has two undisturbed launches (a new winner may take its place after
@@ -65,10 +66,12 @@ def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> in
     def room(p: Point) -> bool:  # every launch counts here, disturbed or not
         return p.trial_number not in failed and len(launches_of(p.metrics)) < MAX_LAUNCHES
 
-    base = rep.baseline
-    if base is not None and launch_count(base.metrics) < 2 and room(base):
-        return base.trial_number
     w = rep.winner
+    own = rep.baseline_of(w) if w is not None else None
+    for b in (rep.baseline, own):
+        if b is not None and launch_count(b.metrics) < 2 and room(b):
+            return b.trial_number
+    base = own or rep.baseline  # the winner's verdict divides by its class's baseline
     metric, direction = rep.objectives[0]
     sign = -1.0 if direction == "maximize" else 1.0
 

@@ -175,10 +175,33 @@ def explain(rep: Report, importances: Importances | None = None) -> list[str]:
                 "coordination, as the client sees it)."
             )
         lines.append(level_summary(rep.verdicts.get(w.trial_number, [])))
+    lines += _queue_sentence(rep, w)
     lines += launch_sentences(rep)
     if importances is not None:
         lines.append(importance_sentence(rep.objectives[0][0], importances))
     return lines
+
+
+def _queue_sentence(rep: Report, w: Point) -> list[str]:
+    """When the winner's batch size is below the report's concurrency: what queued, and
+    which baseline its verdict is against (the one at the same batch)."""
+    seqs = w.params.get("max_num_seqs")
+    if not seqs or int(seqs) >= rep.concurrency:
+        return []
+    m = w.metrics
+    queue = m.get("mean_queue_ms")
+    base = rep.baselines.for_trial(w.trial_number)
+    return [
+        f"At concurrency {rep.concurrency} the engine ran {seqs} requests at once "
+        f"(max_num_seqs {seqs}) and queued the rest"
+        + (f": mean queue wait {queue:.1f} ms" if queue is not None else "")
+        + (f", p99 TTFT {m['p99_ttft_ms']:.1f} ms" if m.get("p99_ttft_ms") is not None else "")
+        + (
+            f"; its verdict is against trial {base}, the baseline at the same batch."
+            if base is not None and w.method != "none"
+            else "."
+        )
+    ]
 
 
 def _label(p: Point) -> str:

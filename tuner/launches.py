@@ -46,6 +46,7 @@ __all__ = [
     "launch_values",
     "launch_interval",
     "launches_of",
+    "level_spreads",
     "spread_values",
     "merge_launch",
     "ms_per_token",
@@ -238,3 +239,18 @@ def ratio_interval(
     b = sum(math.log(v) for v in den) / len(den)
     half = t975(spread.df) * spread.log_sd * math.sqrt(1 / len(num) + 1 / len(den))
     return math.exp(a - b), math.exp(a - b - half), math.exp(a - b + half)
+
+
+def level_spreads(
+    by_trial: Mapping[int, Mapping[int, Mapping[str, Any]]], metrics: Sequence[str]
+) -> dict[int, dict[str, LaunchSpread]]:
+    """The between-launch spread at each level, per metric (the objectives, output tok/s and
+    ms per token), pooled over every configuration of the report launched at least twice."""
+    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", "p99_tpot_ms", *metrics])
+    levels = {c for per in by_trial.values() for c in per}
+    out: dict[int, dict[str, LaunchSpread]] = {}
+    for c in sorted(levels):
+        pts = [per[c] for per in by_trial.values() if c in per]
+        got = {n: pooled_spread(spread_values(m, n) for m in pts) for n in names}
+        out[c] = {n: sp for n, sp in got.items() if sp is not None}
+    return out

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.baselines import Baselines, latency_decides
 from tuner.launches import (
     BETWEEN,
     WITHIN,
@@ -21,9 +22,8 @@ from tuner.launches import (
     launch_count,
     launch_interval,
     launch_values,
-    pooled_spread,
+    level_spreads,
     ratio_interval,
-    spread_values,
 )
 from tuner.space import GREEDY, SearchSpace
 from tuner.storage import Store, space_of_job
@@ -191,6 +191,16 @@ class Report:
         """Prompt tokens a request as the engine counted them, at the baseline's point."""
         return self.baseline.metrics.get("prompt_tokens_mean") if self.baseline else None
 
+    # Which baseline each speculative trial is compared with (its batch class's).
+    baselines: Baselines = field(default_factory=lambda: Baselines(None))
+    # Every trial's points at every level of this workload: trial -> level -> metrics.
+    measured: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def latency_decides(self) -> bool:
+        """TTFT and end-to-end decide: the SLO limits them, or a point queued."""
+        return latency_decides(self.slo, self.measured, self.baselines.seqs)
+
     def interval(self, p: Point, metric: str) -> tuple[float, float, IntervalKind] | None:
         """95% interval of ``p``'s ``metric``: where one more launch lands, from its launches
         and the job's spread, or from one launch's repeats when the job has no spread
@@ -238,6 +248,11 @@ class Report:
             if p.feasible and p.trial_number != w.trial_number and self.indistinguishable(p, w)
         ]
         return sorted(same, key=lambda p: sign * float(p.metrics.get(metric) or 0.0))
+
+    def baseline_of(self, p: Point) -> Point | None:
+        """The baseline point ``p`` is compared with: its batch class's, else the main one."""
+        n = self.baselines.for_trial(p.trial_number)
+        return next((b for b in self.points if b.trial_number == n), None)
 
     def verdict(self, p: Point) -> Verdict | None:
         """The round-cost verdict of ``p`` at this report's concurrency (None: the baseline
@@ -341,9 +356,9 @@ def job_report(
     vals = np.array([[score(p, name) for name, _ in objectives] for p in feas], dtype=float)
     mask = pareto_mask(vals, [d for _, d in objectives])
     front = [p for p, keep in zip(feas, mask, strict=True) if keep]
-    base_number = next((r.number for r in rows if r.method == "none"), None)
-    base = next((p for p in points if p.trial_number == base_number), None)
-    base_by_conc = by_trial.get(base_number, {}) if base_number is not None else {}
+    bases = Baselines.of(rows, space.concurrency, space.primary_concurrency)
+    base = next((p for p in points if p.trial_number == bases.main), None)
+    base_by_conc = by_trial.get(bases.main, {}) if bases.main is not None else {}
     spreads = level_spreads(by_trial, [o for o, _ in objectives])
     per_token = {c: sp.get("ms_per_token") for c, sp in spreads.items()}
     vd: dict[int, list[Verdict]] = {}
@@ -351,7 +366,9 @@ def job_report(
     for r in rows:
         if r.method == "none" or r.number not in by_trial:
             continue
-        vd[r.number] = verdicts(by_trial[r.number], base_by_conc, per_token)
+        own_n = bases.for_trial(r.number)
+        own = by_trial.get(own_n, {}) if own_n is not None else {}
+        vd[r.number] = verdicts(by_trial[r.number], own, per_token)
         cross[r.number] = crossover_concurrency(vd[r.number])
     surf = space.resolve(space.engine.surface) if space.engine.surface else None
     return Report(
@@ -377,19 +394,6 @@ def job_report(
         references=tuple(references),
         pruned=tuple(pruned),
         spreads=spreads.get(conc, {}),
+        baselines=bases,
+        measured=by_trial,
     )
-
-
-def level_spreads(
-    by_trial: dict[int, dict[int, dict[str, Any]]], metrics: Sequence[str]
-) -> dict[int, dict[str, LaunchSpread]]:
-    """The between-launch spread at each level, per metric (the objectives, output tok/s and
-    ms per token), pooled over every configuration of the report launched at least twice."""
-    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", "p99_tpot_ms", *metrics])
-    levels = {c for per in by_trial.values() for c in per}
-    out: dict[int, dict[str, LaunchSpread]] = {}
-    for c in sorted(levels):
-        pts = [per[c] for per in by_trial.values() if c in per]
-        got = {n: pooled_spread(spread_values(m, n) for m in pts) for n in names}
-        out[c] = {n: sp for n, sp in got.items() if sp is not None}
-    return out

@@ -4,6 +4,8 @@ that grows with the memory share. Measured by nothing; its header says ``FAKE fo
 
 Every metric is coherent with the others (TPOT = wait + step / tau, end-to-end = TTFT +
 tokens x TPOT, throughput = concurrency x tokens / end-to-end), as a real engine's are.
+A ``max_num_seqs`` B below the concurrency C runs a batch of B and queues the rest: a closed
+loop's queue wait is (C/B - 1) x the service time (prefill + decode), added to TTFT.
 """
 
 from __future__ import annotations
@@ -71,13 +73,16 @@ def point(c: dict[str, Any], level: int) -> dict[str, float]:
     acc = ACCEPT[proposer(c)][:k] if k else []
     tau = 1.0 + sum(acc)
     a, b = STEP[c["method"]]
-    batch_cost = 1.0 + 0.25 * (level - 1)
+    run = min(level, c["max_num_seqs"])  # the running batch; the rest queue
+    batch_cost = 1.0 + 0.25 * (run - 1)
     step = (a + b * k) * batch_cost
     # Too little KV cache: requests are preempted and recomputed.
     preempt = 1.0 if kv_tokens(c) >= NEED else 1.3
-    wait = 0.8 * (level - 1) * preempt
+    wait = 0.8 * (run - 1) * preempt
     tpot = wait + step / tau
-    ttft = 25.0 * (1 + 0.5 * (level - 1))
+    prefill = 25.0 * (1 + 0.5 * (run - 1))
+    queue = (level / run - 1.0) * (prefill + OUT_TOKENS * tpot)
+    ttft = prefill + queue
     e2e = ttft + OUT_TOKENS * tpot
     return {
         "tau": tau,
@@ -85,6 +90,7 @@ def point(c: dict[str, Any], level: int) -> dict[str, float]:
         "mean_itl_ms": step,
         "mean_tpot_ms": tpot,
         "mean_ttft_ms": ttft,
+        "mean_queue_ms": queue,
         "mean_e2e_ms": e2e,
         "output_tok_per_s": level * OUT_TOKENS / (e2e / 1000.0),
     }
@@ -109,7 +115,9 @@ def _metrics(c: dict[str, Any], level: int) -> dict[str, Any]:
         "mean_itl_ms": p["mean_itl_ms"],
         "mean_ttft_ms": p["mean_ttft_ms"],
         "p99_ttft_ms": p["mean_ttft_ms"] * 1.5,
+        "mean_queue_ms": p["mean_queue_ms"],
         "mean_e2e_ms": p["mean_e2e_ms"],
+        "p99_e2e_ms": p["mean_e2e_ms"] * 1.2,
         "output_tokens": 4 * OUT_TOKENS,
         "num_ok": 4,
         "num_failed": 0,

@@ -117,7 +117,8 @@ def test_kv_need_is_concurrency_times_the_longest_request_capped_by_the_model(tm
 def test_batch_sizes_collapse_to_the_smallest(tmp_path):
     space = _space(tmp_path)
     c, why = canonical({**BASE, "max_num_seqs": 16}, space, NEED, [])
-    assert c["max_num_seqs"] == 4 and "highest concurrency (4)" in why[0]
+    assert c["max_num_seqs"] == 4 and "same batch at every concurrency level" in why[0]
+    assert "1 at 1, 4 at 4" in why[0]
     same, none = canonical(BASE, space, NEED, [])
     assert same == BASE and none == []
 

@@ -31,6 +31,17 @@ def test_preset_loads_and_resolves_paths_against_its_folder():
     assert space.engine.enforce_eager is True
 
 
+def test_a_batch_size_below_the_concurrency_validates_and_queues():
+    """max_num_seqs below a level: the engine runs that many and queues the rest, a batch
+    class of its own (tuner.space._batch); the objective class is the one that queues least."""
+    space = loads_space(MINIMAL + "max_num_seqs: [2]\nconcurrency: [4]\n")
+    assert space.max_num_seqs == [2] and space.objective_max_num_seqs == 2
+    two = loads_space(MINIMAL + "max_num_seqs: [2, 4, 8]\nconcurrency: [1, 4]\n")
+    assert two.objective_max_num_seqs == 4
+    desc = SearchSpace.model_fields["max_num_seqs"].description or ""
+    assert "queues the rest" in desc and "own baseline" in desc
+
+
 def test_defaults_fill_in():
     space = loads_space(MINIMAL)
     assert [o.metric for o in space.objectives] == ["output_tok_per_s", "p99_tpot_ms"]
@@ -49,11 +60,6 @@ def test_defaults_fill_in():
             "max (2) is below min (4)",
         ),
         (MINIMAL.replace("{ngram: {}}", "{}"), "(top level)", "enable at least one"),
-        (
-            MINIMAL + "concurrency: [1, 16]\nmax_num_seqs: [8]\n",
-            "(top level)",
-            "below the highest concurrency level 16",
-        ),
         (MINIMAL + "objectives: [{metric: speed}]\n", "objectives.0", "unknown metric 'speed'"),
         (MINIMAL + "slo: {p99_tpot_ms: -5}\n", "slo.p99_tpot_ms", "greater than 0"),
         (MINIMAL + "memory_fraction: [1.5]\n", "memory_fraction.0", "less than or equal to 1"),

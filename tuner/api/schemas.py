@@ -192,7 +192,8 @@ class TrialPublic(FrozenModel):
     search: dict[str, Any] | None = Field(
         None,
         description="how the search proposed it: by (start, guide: scan, guide: depth, sampler, "
-        "neighbour), why, predicted (made before the launch, never a measurement: objective, "
+        "neighbour, guide: offline, guide: batch: the baseline or the incumbent in another "
+        "batch class), why, predicted (made before the launch, never a measurement: objective, "
         "value, rel_sigma, workload, concurrency, level (workload@concurrency), metrics, "
         "basis, notes), offline (acceptance priced on the baseline's outputs before the "
         "launch, or why not: unpriced), skipped (proposers the guide did not launch, and why), "

@@ -33,10 +33,9 @@ from tuner.cli._render import (
     other_target_text,
     report_text,
     table,
-    trials_rows,
-    trials_table,
 )
 from tuner.cli._search_text import search_text
+from tuner.cli._trials_text import trials_rows, trials_table
 from tuner.errors import InvalidInput
 from tuner.explain import explain, param_importances
 from tuner.export import ExportError, export_job

@@ -1,5 +1,5 @@
 """What every command shares: exit codes, error lines, JSON output, a URL and user strings
-fit to print."""
+fit to print, aligned tables."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_OK",
     "err",
+    "fmt",
     "print_json",
     "printable",
     "shown",
+    "table",
 ]
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -47,3 +49,24 @@ def printable(s: str) -> str:
 
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
+
+
+def fmt(v: Any, spec: str = ".1f") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns; every cell passes through ``printable``."""
+    rows = [[printable(c) for c in r] for r in rows]
+    header = [printable(h) for h in header]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)

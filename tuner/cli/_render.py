@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
-from tuner.cli._common import printable
+from tuner.cli._common import fmt, table
+from tuner.cli._latency_text import latency_text
 from tuner.engines import EXPORT_FORMATS
 from tuner.explain import explain
 from tuner.export import depth_schedule, export_point
@@ -16,7 +16,6 @@ from tuner.launches import launch_count
 from tuner.methods import params_text
 from tuner.pareto import Point, Report
 from tuner.space import sampling_text
-from tuner.storage import TrialRecord
 from tuner.surface import surface_is_simulated
 from tuner.verdict import per_token
 
@@ -26,35 +25,7 @@ __all__ = [
     "other_target_text",
     "report_text",
     "table",
-    "trials_rows",
-    "trials_table",
 ]
-
-# ``trials --csv``: one row per trial, the objective point's metrics as columns. Per-level
-# measurements and intervals are in ``--json``; a spreadsheet wants one flat table.
-_CSV_FIRST = ("number", "state", "method", "configuration", "params", "workload", "concurrency")
-_CSV_SKIP = {"measurements", "stats", "greedy_token_ids", "metrics"}
-
-
-def fmt(v: Any, spec: str = ".1f") -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return format(v, spec)
-    return str(v)
-
-
-def table(rows: list[list[str]], header: list[str]) -> str:
-    """Aligned columns; every cell passes through ``printable``."""
-    rows = [[printable(c) for c in r] for r in rows]
-    header = [printable(h) for h in header]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
-    ]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(out)
 
 
 class Progress:
@@ -171,15 +142,17 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
     ]
     rows = []
     shown = list(rep.front)
-    if rep.baseline is not None and rep.baseline not in shown:
-        shown.append(rep.baseline)
+    for n in rep.baselines.all or [b.trial_number for b in (rep.baseline,) if b is not None]:
+        b = next((p for p in rep.points if p.trial_number == n), None)
+        if b is not None and all(b.trial_number != p.trial_number for p in shown):
+            shown.append(b)
     for p in shown:
         m = p.metrics
         v = rep.verdict(p)
         if v is not None:
             sp_cell = f"{v.speedup:.2f}x {v.state}"
         else:
-            sp_cell = "1.00x ref" if p is rep.baseline else "-"
+            sp_cell = "1.00x ref" if p.method == "none" else "-"
         rows.append(
             [
                 str(p.trial_number)
@@ -236,6 +209,8 @@ def report_text(rep: Report, why: list[str] | None = None) -> str:
         + ")"
     )
     lines += ["", _levels_text(rep)]
+    if rep.latency_decides:
+        lines += ["", latency_text(rep)]
     if why:
         lines += ["", "Why this winner:"] + [f"- {w}" for w in why]
     if rep.winner is None:
@@ -272,30 +247,41 @@ def other_target_text(orep: Report, main_target: str) -> str:
     )
 
 
-def _base_ms(rep: Report, c: int) -> float | None:
-    """The baseline's ms per token at level ``c``: as the verdicts combine its launches."""
-    for vs in rep.verdicts.values():
+def _base_ms(rep: Report, number: int | None, c: int) -> float | None:
+    """Baseline ``number``'s ms per token at level ``c`` (None: the main one), as the
+    verdicts combine its launches."""
+    for n, vs in rep.verdicts.items():
         for v in vs:
-            if v.concurrency == c:
+            if v.concurrency == c and number in (None, rep.baselines.for_trial(n)):
                 return v.baseline_ms_per_token
-    pt = per_token(rep.baseline_by_conc.get(c, {}))
+    m = rep.measured.get(number, {}).get(c) if number is not None else None
+    if m is None and number in (None, rep.baselines.main):
+        m = rep.baseline_by_conc.get(c)
+    pt = per_token(m or {})
     return pt[0] if pt else None
 
 
 def _levels_text(rep: Report) -> str:
-    """Per-concurrency round-cost verdicts: time per committed token against the baseline."""
+    """Per-concurrency round-cost verdicts: time per committed token against the baseline
+    of the same batch class."""
     levels = sorted(rep.baseline_by_conc)
     out = [
         f"Round-cost verdict per concurrency (workload {rep.workload}): mean end-to-end time "
-        "per output token against the baseline's at the same level"
+        "per output token against the baseline's at the same level and batch class"
     ]
     if not levels:
         return out[0] + "\n  (no baseline measured: no verdict)"
     header = ["trial", "configuration"] + [f"c={c}" for c in levels] + ["stops paying at"]
+    seqs = rep.baselines.seqs
+    batches = len(rep.baselines.by_class) > 1 or len(set(seqs.values())) > 1
     rows = [
-        ["base", "baseline (no speculation)"]
-        + [f"{fmt(_base_ms(rep, c), '.2f')} ms/tok" for c in levels]
+        [
+            f"base {n}" if batches else "base",
+            "baseline (no speculation)" + (f" seqs={seqs.get(n)}" if batches else ""),
+        ]
+        + [f"{fmt(_base_ms(rep, n, c), '.2f')} ms/tok" for c in levels]
         + ["-"]
+        for n in rep.baselines.all or [rep.baselines.main]
     ]
     names = {p.trial_number: p for p in rep.points}
     cut = {p.trial_number for p in rep.pruned}
@@ -315,6 +301,8 @@ def _levels_text(rep: Report) -> str:
         else:
             where = "-" if cross is None else f"concurrency {cross}"
         label = params_text(p.params) if p is not None else f"trial {number}"
+        if batches:
+            label += f" seqs={seqs.get(number)} vs base {rep.baselines.for_trial(number)}"
         if number in cut:
             label += " (pruned: first level only)"
         rows.append([str(number), label, *cells, where])
@@ -328,62 +316,6 @@ def _levels_text(rep: Report) -> str:
         + ")"
     )
     return "\n".join(out)
-
-
-def trials_table(recs: list[TrialRecord]) -> str:
-    rows = []
-    for rec in recs:
-        r, m = rec, rec.metrics
-        note = r.fail_reason or (
-            "reused " + str(r.reused_from) if r.reused_from is not None else ""
-        )
-        rows.append(
-            [
-                str(r.number),
-                r.state,
-                params_text(r.params) if "max_num_seqs" in r.params else str(r.params),
-                fmt(m.get("output_tok_per_s")),
-                fmt(m.get("p99_tpot_ms"), ".2f"),
-                "-" if m.get("acceptance_rate") is None else f"{m['acceptance_rate']:.1%}",
-                fmt(m.get("mean_acceptance_length"), ".2f"),
-                note,
-            ]
-        )
-    header = [
-        "trial",
-        "state",
-        "configuration",
-        "tok/s",
-        "p99 TPOT ms",
-        "accept",
-        "mean acc len",
-        "note",
-    ]
-    return table(rows, header)
-
-
-def _cell(v: Any) -> Any:
-    if v is None:
-        return ""
-    return json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
-
-
-def trials_rows(recs: list[TrialRecord]) -> tuple[list[str], list[list[Any]]]:
-    """Header and rows for ``trials --csv``: fixed leading columns, then every other field
-    in first-seen order (so a metric added later becomes a column, not a loss)."""
-    flat = []
-    for r in recs:
-        d = r.flat()
-        d["configuration"] = (
-            params_text(r.params) + f" seqs={r.params['max_num_seqs']}"
-            if "max_num_seqs" in r.params
-            else ""
-        )
-        flat.append(d)
-    header = list(_CSV_FIRST)
-    for d in flat:
-        header += [k for k in d if k not in header and k not in _CSV_SKIP]
-    return header, [[_cell(d.get(k)) for k in header] for d in flat]
 
 
 def _traffic_text(rep: Report) -> str:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.baselines import queued
 from tuner.errors import InvalidInput
 from tuner.explain import explain
 from tuner.export import winner_exports
@@ -23,7 +24,7 @@ from tuner.report._models import (
     RoundCostVerdict,
     WinnerExport,
 )
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, running_batch
 from tuner.storage import Store
 from tuner.surface import surface_is_simulated
 
@@ -99,6 +100,7 @@ def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int])
     tps_lo, tps_hi, kind = _ci95(rep, p, "output_tok_per_s")
     tpot_lo, tpot_hi, _ = _ci95(rep, p, "p99_tpot_ms")
     search = m.get("search") or {}
+    seqs = p.params.get("max_num_seqs")
     return ParetoPoint(
         trial_number=p.trial_number,
         method=p.method,
@@ -135,6 +137,12 @@ def _pareto_point(p: Point, rep: Report, level: int, conc: int, front: set[int])
         lossless_match_rate=p.lossless_match_rate,
         kv_cache_tokens=p.kv_cache_tokens,
         peak_rss_mb=p.peak_rss_mb,
+        mean_ttft_ms=m.get("mean_ttft_ms"),
+        mean_e2e_ms=m.get("mean_e2e_ms"),
+        mean_queue_ms=m.get("mean_queue_ms"),
+        running_batch=running_batch(seqs, level) if seqs else None,
+        queued=queued(m, seqs),
+        baseline_trial=None if p.method == "none" else rep.baselines.for_trial(p.trial_number),
     )
 
 
@@ -161,10 +169,12 @@ def _round_cost(
                         speedup_ci95_low=v.speedup_ci95[0],
                         speedup_ci95_high=hi if math.isfinite(hi := v.speedup_ci95[1]) else None,
                         interval_kind=v.interval_kind,
+                        same_running_batch=rep.baselines.same_batch(number, v.concurrency),
                     )
                     for v in vs
                 ],
                 crossover_concurrency=rep.crossover.get(number),
+                baseline_trial=rep.baselines.for_trial(number),
             )
         )
     return out
@@ -237,6 +247,8 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         ],
         points=points,
         baseline_trial=main.baseline.trial_number if main.baseline else None,
+        baseline_trials=main.baselines.all,
+        latency_decides=main.latency_decides,
         winner_trial=main.winner.trial_number if main.winner else None,
         winner_confirmed=main.winner_confirmed,
         equivalent_to_winner=[dict(p.params) for p in equivalent],

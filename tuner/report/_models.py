@@ -96,6 +96,28 @@ class ParetoPoint(FrozenModel):
     )
     kv_cache_tokens: int | None = None
     peak_rss_mb: float | None = None
+    mean_ttft_ms: float | None = None
+    mean_e2e_ms: float | None = None
+    mean_queue_ms: float | None = Field(
+        None,
+        description="mean time requests waited in the engine's queue before running, over "
+        "the measured windows (vLLM's request_queue_time histogram; null: not exposed)",
+    )
+    running_batch: int | None = Field(
+        None,
+        description="min(concurrency, max_num_seqs): requests the engine ran at once; below "
+        "the concurrency the rest queued",
+    )
+    queued: bool = Field(
+        False,
+        description="requests queued in the engine: max_num_seqs below the concurrency, or "
+        "a mean queue wait of 1 ms or more (vLLM reports ~0.03 ms when nothing queues)",
+    )
+    baseline_trial: int | None = Field(
+        None,
+        description="the baseline this point's speedup and verdict are against: the same "
+        "target without speculation at the same batch class when one was measured",
+    )
 
 
 class RoundCostVerdict(FrozenModel):
@@ -120,6 +142,12 @@ class RoundCostVerdict(FrozenModel):
         "within one launch",
         description="whether the speedup interval covers the spread between launches",
     )
+    same_running_batch: bool | None = Field(
+        None,
+        description="the configuration and its baseline ran the same batch at this level "
+        "(min(concurrency, max_num_seqs)); false only when its batch class has no baseline "
+        "of its own and the job's main one was used",
+    )
 
 
 class LaunchSpreadPublic(FrozenModel):
@@ -141,6 +169,11 @@ class RoundCostTrial(FrozenModel):
     crossover_concurrency: int | None = Field(
         description="lowest level from which it pays at no higher level measured; null when "
         "it pays at the highest level (or nothing was compared)"
+    )
+    baseline_trial: int | None = Field(
+        None,
+        description="the baseline every verdict here is against: its batch class's, else the "
+        "job's main baseline",
     )
 
 
@@ -189,6 +222,16 @@ class ParetoPublic(FrozenModel):
     objectives: list[dict[str, str]]
     points: list[ParetoPoint]
     baseline_trial: int | None
+    baseline_trials: list[int] = Field(
+        default_factory=list,
+        description="every batch class's baseline (baseline_trial first): speculation at a "
+        "max_num_seqs is compared with the baseline at the same running batch",
+    )
+    latency_decides: bool = Field(
+        False,
+        description="TTFT and end-to-end decide here: the SLO limits p99 TTFT or p99 "
+        "end-to-end, or some point queued; front ends then show them per level",
+    )
     winner_trial: int | None
     winner_confirmed: bool = Field(
         False,

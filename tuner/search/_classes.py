@@ -1,12 +1,15 @@
 """Batch size and memory share as constraints, not blind axes.
 
-Why: a space's ``max_num_seqs`` values are all at least its highest concurrency level (the
-space refuses smaller ones), so the engine never runs more sequences than the smallest one
-allows: no measured level can tell them apart, except through the memory a larger value
-reserves. And once a share of memory gives a KV cache that holds the workload's worst case
-(every concurrent request at its longest prompt plus ``max_tokens`` plus the drafted
-tokens), a larger share changes nothing and a smaller one can only preempt. Each such class
-is measured once, at its cheapest member; a proposal of another member is launched as that
+Why: an engine runs min(concurrency, max_num_seqs) requests at once and queues the rest
+(``tuner.space._batch``). Two ``max_num_seqs`` values that give the same running batch at
+every concurrency level of the space (for instance both at least the highest level) cannot
+be told apart by any measured level, except through the memory a larger value reserves: one
+class, measured once at its smallest member (the least reserved memory leaves the KV cache
+the most). Values that give a different running batch at some level (one queues requests
+there) are distinct classes: a real axis, never collapsed. And once a share of memory gives a
+KV cache that holds the workload's worst case (every concurrent request at its longest
+prompt plus ``max_tokens`` plus the drafted tokens), a larger share changes nothing and a
+smaller one can only preempt. A proposal of another member of a class is launched as that
 member (or reuses its measurement), and the trial says so.
 
 What is assumed, and stated where the trial shows it: speed depends on memory only through
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, batch_class, batch_classes
 from tuner.workloads import Prompt
 
 __all__ = ["canonical", "kv_need_tokens", "memory_family"]
@@ -28,7 +31,9 @@ _TEMPLATE_TOKENS = 64  # a chat template's own tokens, an upper bound for the bu
 
 def kv_need_tokens(space: SearchSpace, prompts: dict[str, Sequence[Prompt]]) -> int:
     """An upper bound on KV tokens the workload can hold at once: the highest concurrency
-    times the longest request (prompt bytes bound its tokens for byte-level tokenizers)."""
+    times the longest request (prompt bytes bound its tokens for byte-level tokenizers).
+    Not capped by a smaller ``max_num_seqs``: one bound for every batch class, so a memory
+    share is judged the same way whichever class launched it."""
     depth = 0
     for name in space.methods.enabled():
         spec = getattr(space.methods, name)
@@ -61,11 +66,21 @@ def canonical(
     """The member of ``params``' class to launch, and why it differs (empty when it does
     not). ``measured``: (params, KV-cache tokens) of every launched trial of the job."""
     out, why = dict(params), []
-    smallest = space.max_num_seqs[0]
-    if out.get("max_num_seqs") != smallest:
+    seqs = out.get("max_num_seqs")
+    members = next(
+        (m for m in batch_classes(space.max_num_seqs, space.concurrency) if seqs in m), None
+    )
+    if members is not None and seqs != members[0]:
+        smallest = members[0]
+        runs = ", ".join(
+            f"{b} at {c}"
+            for c, b in zip(
+                space.concurrency, batch_class(smallest, space.concurrency), strict=True
+            )
+        )
         why.append(
-            f"max_num_seqs {out['max_num_seqs']} -> {smallest}: every value is at least the "
-            f"highest concurrency ({max(space.concurrency)}), so they differ only in reserved "
+            f"max_num_seqs {seqs} -> {smallest}: both run the same batch at every concurrency "
+            f"level (min(concurrency, max_num_seqs): {runs}), so they differ only in reserved "
             "memory and the smallest leaves the KV cache the most"
         )
         out["max_num_seqs"] = smallest

@@ -19,7 +19,10 @@ Model, per (workload, concurrency) level:
   requests' prefills) is the nearest launched depth's TPOT - s/tau, kept as is; metrics are
   scaled from that anchor;
   end-to-end = TTFT + decode time; throughput at a fixed concurrency scales as 1 / e2e;
-  ITL (a step) as s(k); TTFT is the anchor's.
+  ITL (a step) as s(k); TTFT is the anchor's;
+- with a queue (the anchor's ``mean_queue_ms`` q > 0: vLLM's request queue time, per
+  window; ``max_num_seqs`` below the concurrency), see ``_scaled``: the queue wait scales
+  with the service time, TTFT = (TTFT - q) + q * r_service.
 
 Uncertainty: the anchor's own 95 % interval, plus the reach to both ends (one launched depth)
 or 1 % per unit of depth away from the anchor (two), plus the median error of this job's
@@ -203,7 +206,26 @@ def fixed_share_of(launched: Sequence[DepthPoint], baseline: DepthPoint | None) 
 def _scaled(
     anchor: DepthPoint, acc: Sequence[float], k: int, s_k: float, s_a: float
 ) -> dict[str, float]:
-    """The anchor's metrics moved to depth k with step time s_k (the anchor's: s_a)."""
+    """The anchor's metrics moved to depth k with step time s_k (the anchor's: s_a).
+
+    Without a queue: TPOT scales by r_tpot; end-to-end = TTFT + decode, with TTFT kept, so
+    r_e2e = (TTFT + (e2e - TTFT) * r_tpot) / e2e; throughput / r_e2e.
+
+    With a queue wait q (mean, ms) in the anchor's TTFT, a request's time is q plus its
+    service S = e2e - q (prefill TTFT - q, then decode). In a closed loop of C clients on B
+    slots (B = max_num_seqs < C), a slot frees every S / B on average and C - B requests
+    wait ahead, so q = (C/B - 1) * S: the wait is a fixed multiple of the service time, and
+    a faster step shortens the service of the requests ahead too. So, with
+    r_service = ((TTFT - q) + (e2e - TTFT) * r_tpot) / (e2e - q):
+
+      TTFT' = (TTFT - q) + q * r_service    (prefill kept, queue scaled)
+      e2e'  = (e2e - q) * r_service + q * r_service = e2e * r_service
+      throughput' = throughput / r_service  (Little's law: C / e2e at fixed C)
+
+    Percentiles of TTFT move by the mean's shift q * (r_service - 1) (the queue wait's own
+    distribution is not measured); those of end-to-end scale by r_service. With q = 0 this
+    is the formula without a queue.
+    """
     if s_k <= 0 or s_a <= 0:
         return {}
     tau_k, tau_a = tau(acc, k), tau(acc, anchor.depth)
@@ -213,9 +235,11 @@ def _scaled(
     other = max(0.0, tpot_a - (step_ms(anchor) or s_a) / _tau_of(anchor))
     r_tpot = (other + s_k / tau_k) / (other + s_a / tau_a)
     ttft, e2e = m.get("mean_ttft_ms"), m.get("mean_e2e_ms")
-    r_e2e = r_tpot
+    r_e2e, ttft_shift = r_tpot, 0.0
     if ttft is not None and e2e and e2e > ttft:
-        r_e2e = (ttft + (e2e - ttft) * r_tpot) / e2e
+        q = min(max(0.0, float(m.get("mean_queue_ms") or 0.0)), float(ttft))
+        r_e2e = ((ttft - q) + (e2e - ttft) * r_tpot) / (e2e - q)
+        ttft_shift = q * (r_e2e - 1.0)
     out: dict[str, float] = {}
     for name in PREDICTED_METRICS:
         v = m.get(name)
@@ -230,7 +254,9 @@ def _scaled(
         elif name in _E2E:
             out[name] = float(v) * r_e2e
         else:
-            out[name] = float(v)
+            out[name] = max(0.0, float(v) + ttft_shift)
+    if m.get("mean_queue_ms") is not None:
+        out["mean_queue_ms"] = max(0.0, float(m["mean_queue_ms"])) * r_e2e
     out["mean_acceptance_length"] = tau_k
     out["acceptance_rate"] = (tau_k - 1.0) / k
     return out
@@ -247,7 +273,9 @@ def predict_from_baseline(
 ) -> Prediction | None:
     """Depth ``k`` of a proposer not launched yet: the baseline's metrics moved by an
     offline acceptance (``per_position``) and a step cost s(k) = s0 * (1 + fixed +
-    per_token * k); None without a baseline step or positions reaching k."""
+    per_token * k); None without a baseline step or positions reaching k. ``baseline``
+    must have run the proposer's batch (``baseline_for``): its queue wait, if any, is
+    scaled as ``_scaled`` says."""
     s0 = step_ms(baseline)
     if s0 is None or k < 1 or len(per_position) < k:
         return None

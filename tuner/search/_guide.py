@@ -18,7 +18,12 @@ launches go where the predictions say the objective can still improve:
    never scanned; each of its depths is predicted from the baseline and a step-cost model,
    a method not launched yet whose optimism beats every prediction goes first, and one
    whose optimism cannot beat the incumbent is not launched (``Proposal.skipped``);
-4. when none is left the guide is silent and Optuna's sampler proposes (its proposals
+4. batch classes (``_batches``): all of the above happens in the objective class (the
+   ``max_num_seqs`` whose running batch at the objective level is largest); once nothing is
+   left there, each other batch class (one that queues requests at some level) gets the
+   baseline and the incumbent's configuration, one launch each, so speculation is always
+   compared with the same target without it at the same running batch;
+5. when none is left the guide is silent and Optuna's sampler proposes (its proposals
    are still collapsed into classes, so a repeat costs no launch).
 
 A prediction is stored with the trial it launched and shown with its error once measured;
@@ -35,6 +40,7 @@ from typing import Any
 
 from tuner.offline import OfflinePrices
 from tuner.pareto import feasible, lossless_rules
+from tuner.search._batches import class_launch
 from tuner.search._classes import memory_family
 from tuner.search._depth import DepthPoint, Prediction, fixed_share_of, predict_depth
 from tuner.search._layout import (
@@ -178,6 +184,7 @@ def propose(
         gain = offline_best[1]
     first = explore[1] if explore is not None else None
     out = first or confident or gain or scan or hopeful or hopeless
+    out = out or class_launch(space, rows, lay)
     if out is not None and skipped:
         out = replace(out, skipped=tuple(skipped))
     return out
@@ -187,10 +194,15 @@ def depth_predictions(
     space: SearchSpace, rows: Sequence[Any], lay: Layout
 ) -> list[tuple[dict[str, Any], Prediction]]:
     """(configuration, prediction at the objective point) of every unlaunched depth of
-    every proposer launched at least once."""
+    every proposer launched at least once in the objective class: only launches of its
+    running batch at the objective level are fitted (``Layout.same_batch``)."""
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
-    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
+    launched = [
+        r
+        for r in rows
+        if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
+    ]
     cal = calibration(rows, metric, level)
     families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
@@ -207,7 +219,7 @@ def depth_predictions(
                 bases.append((r, DepthPoint(r.number, 0, m)))
             elif family_key(r.params) == fk:
                 pts.append(DepthPoint(r.number, int(r.params["num_speculative_tokens"]), m))
-        per_family[fk] = (pts, baseline_for(bases, lay.place(members[0])))
+        per_family[fk] = (pts, baseline_for(bases, lay.place(members[0]), lay.concurrency))
     # What a proposer launched at two depths says of its method's fixed cost per step.
     shares: dict[str, list[float]] = {}
     for fk, (pts, base) in per_family.items():

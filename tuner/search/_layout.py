@@ -1,5 +1,10 @@
 """What the guide reads of a job, shared by its parts: proposals, proposer families, the
-job's layout of configurations, the baseline a proposer is priced against."""
+job's layout of configurations, the baseline a proposer is priced against.
+
+Every depth model and price here is made at the objective level, among launches of one
+running batch there (min(concurrency, max_num_seqs), ``tuner.space._batch``): a launch that
+queued requests at another running batch measured another engine load, and mixing the two
+would price the queue as the proposer's cost."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 
 from tuner.candidates import grid_configs
 from tuner.search._depth import DepthPoint
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, running_batch
 from tuner.storage import TrialState, search_launch
 
 __all__ = [
@@ -68,16 +73,22 @@ def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> flo
     return min(0.5, statistics.median(errs)) if errs else 0.0
 
 
-def baseline_for(bases: list[tuple[Any, DepthPoint]], where: dict[str, Any]) -> DepthPoint | None:
-    """The baseline launch to price depth 0 with: the one at the proposer's batch size and
-    memory share, else the one with the largest KV cache (a baseline short of KV cache
-    preempts, and its step time would say nothing about the proposer's)."""
-    for r, p in bases:
+def baseline_for(
+    bases: list[tuple[Any, DepthPoint]], where: dict[str, Any], concurrency: int
+) -> DepthPoint | None:
+    """The baseline launch to price depth 0 with, among those of the proposer's running batch
+    at ``concurrency`` (the objective level; None when there is none): the one at the
+    proposer's batch size and memory share, else the one with the largest KV cache (a
+    baseline short of KV cache preempts, and its step time would say nothing about the
+    proposer's)."""
+    run = running_batch(where["max_num_seqs"], concurrency)
+    same = [b for b in bases if running_batch(b[0].params["max_num_seqs"], concurrency) == run]
+    for r, p in same:
         if all(r.params.get(k) == where.get(k) for k in ("max_num_seqs", "memory_fraction")):
             return p
-    if not bases:
+    if not same:
         return None
-    return max(bases, key=lambda b: (b[0].kv_cache_tokens or 0, -b[1].trial))[1]
+    return max(same, key=lambda b: (b[0].kv_cache_tokens or 0, -b[1].trial))[1]
 
 
 @dataclass(frozen=True)
@@ -87,8 +98,9 @@ class Layout:
     families: dict[str, list[dict[str, Any]]]  # proposer -> its configurations in the grid
     started: set[str]  # proposers with at least one trial
     taken: set[str]  # configurations that ran, run or failed (the store has no waiting row)
-    max_num_seqs: int
+    max_num_seqs: int  # the objective class's batch size (``objective_max_num_seqs``)
     memory_for: Callable[[dict[str, Any]], float]
+    concurrency: int  # the objective level
 
     @classmethod
     def of(
@@ -104,9 +116,18 @@ class Layout:
                 families.setdefault(family_key(c), []).append(c)
         started = {family_key(r.params) for r in rows if r.params.get("method") != "none"}
         taken = {config_key(r.params) for r in rows}
-        return cls(families, started, taken, space.max_num_seqs[0], memory_for)
+        seqs = space.objective_max_num_seqs
+        return cls(families, started, taken, seqs, memory_for, space.primary_concurrency)
 
     def place(self, c: dict[str, Any]) -> dict[str, Any]:
-        """Where the guide launches ``c``: its class's member (smallest batch size, the
-        family's memory share)."""
+        """Where the guide launches ``c``: the objective class's member (its smallest batch
+        size, the family's memory share)."""
         return {**c, "max_num_seqs": self.max_num_seqs, "memory_fraction": self.memory_for(c)}
+
+    def same_batch(self, params: dict[str, Any]) -> bool:
+        """Whether a launch ran the objective class's batch at the objective level."""
+        seqs = params.get("max_num_seqs")
+        if seqs is None:
+            return False
+        c = self.concurrency
+        return running_batch(seqs, c) == running_batch(self.max_num_seqs, c)

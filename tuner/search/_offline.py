@@ -12,6 +12,9 @@ any launched method for c's verify part, else a prior (c = 0.05 per drafted toke
 proposer's size relative to the target's for a model, f = 0), with a band that says so.
 The optimistic value takes no overhead at all and the offline error's margin on every
 position: a proposer whose optimistic value cannot beat the incumbent is not launched.
+The baseline s0 and the launches the cost is learned from all ran the objective class's
+batch at the objective level (``Layout.same_batch``, ``baseline_for``): a launch whose
+requests queued at another running batch measured another load.
 """
 
 from __future__ import annotations
@@ -159,7 +162,8 @@ def step_costs(
     sizes: Mapping[str, float] | None = None,
 ) -> StepCost:
     """The step-cost model for proposer ``c`` from ``launched`` (params, depth point) of
-    this job on the same target, at the objective level. A step's extra cost per drafted
+    this job on the same target, at the objective level and ``baseline``'s running batch
+    (the caller picks both). A step's extra cost per drafted
     token is the verify part (shared by every method) plus the proposer model's own share
     (its size over the target's: 0 for an n-gram lookup)."""
     s0 = step_ms(baseline) if baseline is not None else None
@@ -245,7 +249,13 @@ def offline_predictions(
         return []
     level = (space.primary_workload, space.primary_concurrency)
     metric = space.objectives[0].metric
-    launched = [r for r in rows if r.reused_from is None and r.state in MEASURED]
+    # The objective class's running batch only: a step cost or a baseline measured at
+    # another running batch (requests queued) prices another load.
+    launched = [
+        r
+        for r in rows
+        if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
+    ]
     cal = calibration(rows, metric, level)
     out = []
     for fk, members in lay.families.items():
@@ -262,7 +272,7 @@ def offline_predictions(
             else:
                 depth = int(r.params["num_speculative_tokens"])
                 pts.append((dict(r.params), DepthPoint(r.number, depth, m)))
-        base = baseline_for(bases, lay.place(members[0]))
+        base = baseline_for(bases, lay.place(members[0]), lay.concurrency)
         if base is None:
             continue
         cost = step_costs(space, pts, base, members[0], prices.size_ratio)

@@ -33,6 +33,7 @@ from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, objective_points
 from tuner.search._snapshot import JobTrials
 from tuner.search._start import StartPoints
+from tuner.space import running_batch
 from tuner.storage import TrialState
 from tuner.workloads import Prompt, WorkloadError
 
@@ -163,12 +164,18 @@ class SearchStrategy:
 
     def prediction_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
         """The depth model's prediction for a configuration about to launch (whoever
-        proposed it), as stored beside it; None when its proposer has not been launched."""
+        proposed it), as stored beside it; None when its proposer has not been launched, or
+        when it runs another batch at the objective level than the predictions (a batch
+        that queues is another load: no prediction, rather than a wrong one)."""
         if self.space.search != "guided" or params.get("method") in (None, "none"):
             return None
         fk, k = family_key(params), params.get("num_speculative_tokens")
+        c = self.space.primary_concurrency
+        run = running_batch(int(params["max_num_seqs"]), c)
         for p in self.predictions():
             if family_key(p.params) == fk and p.params["num_speculative_tokens"] == k:
+                if running_batch(int(p.params["max_num_seqs"]), c) != run:
+                    return None
                 return p.note(self.space.objectives[0].metric)
         return None
 

@@ -7,6 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tuner.space._batch import (
+    batch_class,
+    batch_classes,
+    objective_max_num_seqs,
+    running_batch,
+)
 from tuner.space._load import (
     MAX_SPACE_BYTES,
     MAX_SPACE_DEPTH,
@@ -65,11 +71,15 @@ __all__ = [
     "SpaceError",
     "StartPoint",
     "WorkloadSpec",
+    "batch_class",
+    "batch_classes",
     "check_shape",
     "load_space",
     "loads_space",
+    "objective_max_num_seqs",
     "parse_space",
     "read_yaml",
+    "running_batch",
     "sampling_text",
     "shape_problem",
 ]

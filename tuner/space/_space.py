@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from tuner.hub import resolve_model
+from tuner.space._batch import objective_max_num_seqs
 from tuner.space._engine import EngineSpec, HostedEndpoint
 from tuner.space._methods import METHOD_NAMES, Methods, StartPoint, StrictModel
 from tuner.space._sampling import SamplingSpec
@@ -159,7 +160,16 @@ class SearchSpace(StrictModel):
     name: Annotated[str, Field(min_length=1, max_length=100)]
     engine: EngineSpec
     methods: Methods
-    max_num_seqs: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = [8]
+    max_num_seqs: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] = (
+        Field(
+            [8],
+            description="The engine's batch sizes to try. A value below a concurrency level is "
+            "allowed: the engine then runs min(concurrency, max_num_seqs) requests at once and "
+            "queues the rest (their wait adds to TTFT), and each such running batch is measured "
+            "against its own baseline; values giving the same running batch at every level are "
+            "one class, launched at its smallest.",
+        )
+    )
     memory_fraction: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)] = [
         0.1
     ]
@@ -219,13 +229,6 @@ class SearchSpace(StrictModel):
     def _coherent(self) -> SearchSpace:
         if not self.methods.enabled():
             raise ValueError(f"methods: enable at least one of {', '.join(METHOD_NAMES)}")
-        top = max(self.concurrency)
-        small = [n for n in self.max_num_seqs if n < top]
-        if small:
-            raise ValueError(
-                f"max_num_seqs {small} is below the highest concurrency level {top}: "
-                "the engine would queue requests the client thinks are concurrent"
-            )
         if self.objective_concurrency is not None and (
             self.objective_concurrency not in self.concurrency
         ):
@@ -303,6 +306,13 @@ class SearchSpace(StrictModel):
     @property
     def primary_concurrency(self) -> int:
         return self.objective_concurrency or max(self.concurrency)
+
+    @property
+    def objective_max_num_seqs(self) -> int:
+        """The batch size the search launches at by default (``tuner.space._batch``)."""
+        return objective_max_num_seqs(
+            self.max_num_seqs, self.concurrency, self.primary_concurrency
+        )
 
     def resolve(self, path: str) -> str:
         """Absolute form of a path written relative to the YAML file."""

@@ -117,7 +117,8 @@ class TrialRecord(BaseModel):
     search: dict[str, Any] | None = Field(
         None,
         description="how the search proposed it: by (start, guide: scan, guide: depth, "
-        "sampler, neighbour, guide: offline), why, predicted (a prediction made before the "
+        "sampler, neighbour, guide: offline, guide: batch), why, predicted (a prediction "
+        "made before the "
         "launch, never a measurement), offline (acceptance priced on the baseline's outputs "
         "before the launch), skipped (proposers not launched, and why) and class (what was "
         "proposed, when launched as its class's member)",

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.pareto import Point, job_report
 from tuner.search import PREDICTED_METRICS, DepthPoint, StepCost, step_costs, tau
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, running_batch
 from tuner.storage import Store, space_of_job
 
 __all__ = ["WatchedJob", "LevelModel", "family_of", "load_job_model"]
@@ -90,10 +90,16 @@ def _dp(p: Point, depth: int) -> DepthPoint:
 
 
 def _level(space: SearchSpace, points: Sequence[Point], base: Point, winner: dict) -> LevelModel:
+    """The winner's model at ``base``'s level, from launches of the winner's running batch
+    there only (min(concurrency, max_num_seqs)): one that queued at another batch measured
+    another load."""
+    c, seqs = base.concurrency, winner.get("max_num_seqs")
     spec = [
         (dict(p.params), _dp(p, int(p.params["num_speculative_tokens"])))
         for p in points
-        if p.method != "none" and p.params.get("num_speculative_tokens")
+        if p.method != "none"
+        and p.params.get("num_speculative_tokens")
+        and (not seqs or running_batch(p.params["max_num_seqs"], c) == running_batch(seqs, c))
     ]
     bdp = _dp(base, 0)
     cost = step_costs(space, spec, bdp, winner) if winner.get("method") != "none" else None
@@ -116,10 +122,11 @@ def load_job_model(store: Store, job_id: int) -> WatchedJob:
     measured: list[tuple[int, int, tuple[float, ...]]] = []
     for c in sorted(space.concurrency):
         r = rep if c == rep.concurrency else job_report(store, job_id, concurrency=c)
-        if r.baseline is None:
+        base = r.baseline_of(rep.winner) or r.baseline  # the winner's batch class's
+        if base is None:
             continue
         pts = list(r.points) + list(r.pruned)
-        levels[c] = _level(space, pts, r.baseline, winner)
+        levels[c] = _level(space, pts, base, winner)
         measured += [
             (p.trial_number, c, tuple(float(x) for x in p.metrics["per_position_acceptance"]))
             for p in pts
