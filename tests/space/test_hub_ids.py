@@ -123,7 +123,9 @@ def test_the_gpu_preset_names_its_models_by_hub_id():
         "methods.eagle3.heads": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
     }
     assert set(space.slo.limits()) == {"p99_ttft_ms", "p99_tpot_ms"}
-    assert "TODO(chat)" in GPU_PRESET.read_text()
+    # chat requests through the model's template; batch size a real axis that queues at 32
+    assert space.workload.endpoint == "chat" and space.workload.builtin == "conversations"
+    assert space.max_num_seqs == [16, 32] and max(space.concurrency) == 32
 
 
 def test_the_offline_cache_is_what_huggingface_hub_reads(hf_cache):
