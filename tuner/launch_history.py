@@ -8,8 +8,10 @@ a property of the host, the engine, the target and the load level (the concurren
 the workload: a busy host moves every workload's launch alike. So it is pooled over earlier
 jobs with the same hardware fingerprint (``tuner.hardware``), engine kind and target (as the
 warm start compares them), per concurrency level and metric, whatever their workloads; never
-across machines, engines or targets. Only succeeded jobs give, never the job itself, and a
-replayed job (a recorded surface) neither gives nor takes: it measured no machine.
+across machines, engines or targets. Only succeeded jobs give, never the job itself, only
+those that finished before it did (all so far while it runs: an ended job's report never
+changes when later jobs finish), and a replayed job (a recorded surface) neither gives nor
+takes: it measured no machine.
 
 The rule, an empirical-Bayes pooled variance (the moderated variance of Smyth 2004, limma).
 On the log scale launch j of configuration i is ``y_ij = mu_i + e_ij``, ``e ~ N(0, s^2)``.

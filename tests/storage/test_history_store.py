@@ -90,7 +90,8 @@ def test_only_succeeded_jobs_on_the_same_machine_engine_and_target_give(db_url, 
     store = Store(db_url)
     store.ensure_schema()
     target = space.resolve_model(space.engine.model)
-    me = _job(store, space, {0: [300.0, 330.0], 1: [500.0, 540.0]})
+    # the job being reported is running (its confirmation reads every job finished so far)
+    me = _job(store, space, {0: [300.0, 330.0], 1: [500.0, 540.0]}, state=JobState.RUNNING)
     same = _job(store, space, CALM, workload="chat")  # another workload: it still gives
     mixed = _job(store, space, CALM, served={2: "/elsewhere/mtp"})  # trial 2: another target
     givers = {same, mixed}
@@ -110,8 +111,9 @@ def test_only_succeeded_jobs_on_the_same_machine_engine_and_target_give(db_url, 
     assert set(store.launch_history(me, target="/elsewhere/mtp")) == {mixed}
     assert store.launch_history(replay, target=target) == {}
     assert store.launch_history(10_000, target=target) == {}
-    # the job itself never counts, finished or not: each earlier job reads the other two
-    assert set(store.launch_history(same, target=target)) == {me, mixed}
+    # an ended job reads the jobs that finished before it, never itself nor later ones
+    assert set(store.launch_history(mixed, target=target)) == {same}
+    assert store.launch_history(same, target=target) == {}
 
 
 def test_the_report_json_and_cli_say_how_much_history_went_in(db_url, space, capsys):
@@ -134,6 +136,8 @@ def test_the_report_json_and_cli_say_how_much_history_went_in(db_url, space, cap
     assert v.speedup_ci95[1] - v.speedup_ci95[0] < (va.speedup_ci95[1] - va.speedup_ci95[0]) / 2
     said = "df 22: this job 2 + 20 (of 24) from 3 earlier jobs on this machine"
     assert said in report_text(rep)
+    _job(store, space, CALM)  # a job that finishes later never changes this job's report
+    assert job_report(store, me).spreads == rep.spreads
     assert any(said in line for line in explain(rep))
     doc = pareto(store, me, ReportQuery(workload=None, concurrency=None))
     row = next(r for r in doc.launch_spread if r.metric == "output_tok_per_s")
@@ -161,6 +165,7 @@ def test_a_first_job_reports_as_before(db_url, space):
     store.ensure_schema()
     _job(store, space, CALM, hardware="Other CPU x16 / cpu")  # another machine's history
     me = _job(store, space, {0: [300.0, 335.0], 1: [500.0, 560.0]})
+    _job(store, space, CALM)  # this machine's next job: after this one, so not its history
     rep = job_report(store, me)
     assert rep.spreads == job_report(store, me, history=False).spreads
     sp = rep.spreads["output_tok_per_s"]

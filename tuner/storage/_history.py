@@ -51,7 +51,9 @@ class HistoryQueries:
     def launch_history(self, job_id: int, *, target: str) -> dict[int, list[dict[str, Any]]]:
         """Earlier job id -> the stored points (each with its ``launches`` records) of its
         launched, complete or pruned trials served from ``target``, for every succeeded job
-        other than ``job_id`` with ``job_id``'s hardware fingerprint and engine kind.
+        other than ``job_id`` with ``job_id``'s hardware fingerprint and engine kind that
+        finished before ``job_id`` did (every one so far while ``job_id`` runs: a job that
+        ended reads the same history tomorrow, later jobs never change its report).
 
         A trial's served model is its own (an MTP checkpoint) or its job's main target, both
         resolved against that job's folder as the warm start compares them. Empty when
@@ -65,6 +67,8 @@ class HistoryQueries:
             q = select(JobModel).where(
                 JobModel.job_id != job_id, JobModel.state == JobState.SUCCEEDED
             )
+            if me.finished_at is not None:  # an ended job's report stays as it was
+                q = q.where(JobModel.finished_at <= me.finished_at)
             mains: dict[int, str] = {}
             for j in s.scalars(q.order_by(JobModel.job_id)):
                 if not isinstance(j.space, dict) or j.space.get("hardware") != key[0]:
