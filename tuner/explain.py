@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from tuner.candidates import sample_candidate
+from tuner.launch_history import history_text
 from tuner.launches import launch_count
 from tuner.pareto import Point, Report
 from tuner.storage import JobNotFound, Store
@@ -223,11 +224,14 @@ def launch_sentences(rep: Report) -> list[str]:
             else "every interval of it includes that spread (the verdicts cover one launch's "
             "repeats: the launches stored no time per token)"
         )
+        source = history_text(spread) or (
+            f"pooled over {spread.configurations} configuration(s) launched at least twice, "
+            f"{spread.df} degree(s) of freedom"
+        )
         lines.append(
             f"Between launches, {metric} moves by {spread.cv:.0%} at concurrency "
-            f"{rep.concurrency} (pooled over {spread.configurations} configuration(s) launched "
-            f"at least twice, {spread.df} degree(s) of freedom): {verdicts}, and a "
-            "configuration launched once carries it."
+            f"{rep.concurrency} ({source}): {verdicts}, and a configuration launched once "
+            "carries it."
         )
     elif rep.replay_surface is None:
         lines.append(

@@ -19,9 +19,11 @@ and metric, and every interval and verdict uses that spread:
 A launch whose repeats were still too noisy after being measured again in that launch is
 ``disturbed``: once the configuration has an undisturbed launch, disturbed ones are kept in
 the record but left out of its value and of the pooled spread (they measured the host, not
-the configuration). When the job has no configuration launched twice (a replay, confirmation
-off), there is no between-launch spread: intervals fall back to repeats within one launch and
-say so (``WITHIN``).
+the configuration). Earlier jobs on the same hardware, engine and target pool their spread
+into the job's, with a capped weight (``tuner.launch_history``). When neither the job nor
+that history has a configuration launched twice (a replay, a first job with confirmation
+off), there is no between-launch spread: intervals fall back to repeats within one launch
+and say so (``WITHIN``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "BETWEEN",
     "LAUNCH_METRICS",
     "WITHIN",
+    "HistorySpread",
     "IntervalKind",
     "LaunchSpread",
     "geometric_mean",
@@ -47,6 +50,8 @@ __all__ = [
     "launch_interval",
     "launches_of",
     "level_spreads",
+    "log_cv",
+    "spread_names",
     "spread_values",
     "merge_launch",
     "ms_per_token",
@@ -188,19 +193,57 @@ def _search_keys(point: Mapping[str, Any]) -> dict[str, Any]:
     return {k: point.get(k) for k in _SEARCH_KEYS}
 
 
+def log_cv(log_sd: float) -> float:
+    """A log-scale standard deviation as a coefficient of variation (of a log-normal)."""
+    return math.sqrt(math.expm1(log_sd**2))
+
+
 @dataclass(frozen=True)
-class LaunchSpread:
-    """The job's between-launch spread of one metric at one level: the pooled standard
-    deviation of log values over configurations launched at least twice."""
+class HistorySpread:
+    """What earlier jobs on the same machine, engine and target hold of one metric at one
+    level (``tuner.launch_history``): their pooled log-scale spread, its degrees of freedom
+    (uncapped) and how many jobs and configurations it rests on."""
 
     log_sd: float
-    df: int  # sum over those configurations of (launches - 1)
+    df: int
+    jobs: int
     configurations: int
 
     @property
     def cv(self) -> float:
+        return log_cv(self.log_sd)
+
+
+@dataclass(frozen=True)
+class LaunchSpread:
+    """The job's between-launch spread of one metric at one level: the pooled standard
+    deviation of log values over configurations launched at least twice, with the
+    machine's history pooled in when there is some (``tuner.launch_history``): ``df`` is
+    what every t quantile reads, ``own_df`` + ``history_df``."""
+
+    log_sd: float
+    df: int  # sum over this job's configurations of (launches - 1), plus history_df
+    configurations: int  # this job's configurations launched at least twice
+    history_jobs: int = 0  # earlier jobs whose launches are pooled in
+    history_df: int = 0  # the weight they carry: min(their df, the cap); 0 when not pooled
+    own_log_sd: float | None = None  # this job's own spread (None: nothing launched twice)
+    history: HistorySpread | None = None  # what the history held, pooled or not
+    history_p: float | None = None  # F-test: p of a job spread this much over history's
+
+    @property
+    def cv(self) -> float:
         """The spread as a coefficient of variation (of a log-normal)."""
-        return math.sqrt(math.expm1(self.log_sd**2))
+        return log_cv(self.log_sd)
+
+    @property
+    def own_df(self) -> int:
+        """This job's own degrees of freedom (0: it launched nothing twice)."""
+        return self.df - self.history_df
+
+    @property
+    def history_refused(self) -> bool:
+        """History was there but not pooled: this job's spread is larger (the F-test)."""
+        return self.history is not None and self.history_df == 0
 
 
 def pooled_spread(values_by_config: Iterable[Sequence[float]]) -> LaunchSpread | None:
@@ -217,7 +260,7 @@ def pooled_spread(values_by_config: Iterable[Sequence[float]]) -> LaunchSpread |
         k += 1
     if df == 0:
         return None
-    return LaunchSpread(math.sqrt(ss / df), df, k)
+    return LaunchSpread(math.sqrt(ss / df), df, k, own_log_sd=math.sqrt(ss / df))
 
 
 def launch_interval(values: Sequence[float], spread: LaunchSpread) -> tuple[float, float, float]:
@@ -241,12 +284,18 @@ def ratio_interval(
     return math.exp(a - b), math.exp(a - b - half), math.exp(a - b + half)
 
 
+def spread_names(metrics: Sequence[str]) -> list[str]:
+    """The metrics a spread is pooled for: output tok/s, ms per token (what a verdict
+    reads), p99 TPOT and the objectives."""
+    return list(dict.fromkeys(["output_tok_per_s", "ms_per_token", "p99_tpot_ms", *metrics]))
+
+
 def level_spreads(
     by_trial: Mapping[int, Mapping[int, Mapping[str, Any]]], metrics: Sequence[str]
 ) -> dict[int, dict[str, LaunchSpread]]:
     """The between-launch spread at each level, per metric (the objectives, output tok/s and
     ms per token), pooled over every configuration of the report launched at least twice."""
-    names = dict.fromkeys(["output_tok_per_s", "ms_per_token", "p99_tpot_ms", *metrics])
+    names = spread_names(metrics)
     levels = {c for per in by_trial.values() for c in per}
     out: dict[int, dict[str, LaunchSpread]] = {}
     for c in sorted(levels):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tuner.baselines import Baselines, latency_decides
+from tuner.launch_history import job_spreads
 from tuner.launches import (
     BETWEEN,
     WITHIN,
@@ -179,8 +180,8 @@ class Report:
     other_targets: tuple[str, ...] = ()  # checkpoints this job also measured, reported apart
     references: tuple[Reference, ...] = ()  # hosted endpoints measured on the same workload
     pruned: tuple[Point, ...] = ()  # stopped after their objective point: verdicts, no front
-    # The job's between-launch spread at this report's level, by metric (empty: nothing
-    # was launched twice, so intervals are within one launch).
+    # The between-launch spread at this report's level, by metric, history pooled in (empty:
+    # nothing launched twice here or on this machine before: intervals within one launch).
     spreads: dict[str, LaunchSpread] = field(default_factory=dict)
     # The workload's sampling settings (what every request of this report carried).
     sampling: dict[str, Any] = field(default_factory=lambda: dict(GREEDY))
@@ -278,6 +279,7 @@ def job_report(
     concurrency: int | None = None,
     slo: dict[str, float] | None = None,
     target: str | None = None,
+    history: bool = True,
 ) -> Report:
     """The feasible Pareto front of one job at one workload and concurrency level, with the
     round-cost verdict of every speculative configuration at every measured level.
@@ -286,7 +288,8 @@ def job_report(
     a method that serves another checkpoint (an MTP model) is another target, with its own
     baseline, front and verdicts in ``job_report(..., target=that)``. JobNotFound when the
     job does not exist; ValueError for a target it did not measure. A stored space today's
-    rules refuse is read with defaults for the refused fields (``space_of_job``)."""
+    rules refuse is read with defaults for the refused fields (``space_of_job``). Intervals
+    pool the machine's history (``tuner.launch_history``) unless ``history`` is False."""
     space = space_of_job(store.job(job_id), for_reading=True)
     rows = store.trials(job_id, states=("complete", "pruned"), launched_only=True)
     pruned_numbers = {r.number for r in rows if r.state == "pruned"}
@@ -300,7 +303,6 @@ def job_report(
     wl = workload or space.primary_workload
     conc = concurrency or space.primary_concurrency
     limits = space.slo.limits() if slo is None else slo
-    rules = lossless_rules(space)
     objectives = [(o.metric, o.resolved_direction) for o in space.objectives]
     points = []
     pruned = []
@@ -318,7 +320,7 @@ def job_report(
                     lossless_match_rate=rate,
                     lossless_p_value=r.lossless_p_value,
                     noise_counts=r.method != "none",
-                    **rules,
+                    **lossless_rules(space),
                 )
                 p = Point(
                     r.number,
@@ -358,8 +360,7 @@ def job_report(
     front = [p for p, keep in zip(feas, mask, strict=True) if keep]
     bases = Baselines.of(rows, space.concurrency, space.primary_concurrency)
     base = next((p for p in points if p.trial_number == bases.main), None)
-    base_by_conc = by_trial.get(bases.main, {}) if bases.main is not None else {}
-    spreads = level_spreads(by_trial, [o for o, _ in objectives])
+    spreads = job_spreads(store if history else None, job_id, tgt, by_trial, objectives)
     per_token = {c: sp.get("ms_per_token") for c, sp in spreads.items()}
     vd: dict[int, list[Verdict]] = {}
     cross: dict[int, int | None] = {}
@@ -370,7 +371,6 @@ def job_report(
         own = by_trial.get(own_n, {}) if own_n is not None else {}
         vd[r.number] = verdicts(by_trial[r.number], own, per_token)
         cross[r.number] = crossover_concurrency(vd[r.number])
-    surf = space.resolve(space.engine.surface) if space.engine.surface else None
     return Report(
         job_id=job_id,
         workload=wl,
@@ -383,8 +383,8 @@ def job_report(
         winner=select_winner(front, objectives),
         verdicts=vd,
         crossover=cross,
-        baseline_by_conc=base_by_conc,
-        replay_surface=surf,
+        baseline_by_conc=by_trial.get(bases.main, {}) if bases.main is not None else {},
+        replay_surface=space.resolve(space.engine.surface) if space.engine.surface else None,
         sampling=next(
             (w.sampling.request() for w in space.all_workloads if w.name == wl), dict(GREEDY)
         ),

@@ -8,17 +8,19 @@ absorbs decode time and TPOT shrinks, but end-to-end does not move -- and at a f
 concurrency it is what the tok/s column measures, so the two cannot disagree. Both numbers
 are combined over the launches that measured them (``tuner.launches``): the speedup
 (baseline ms per token / this configuration's) is the ratio of their geometric means, and its
-95% interval uses the job's between-launch spread at that level, so a configuration launched
+95% interval uses the job's between-launch spread at that level (earlier jobs on the same
+machine, engine and target pooled in: ``tuner.launch_history``), so a configuration launched
 once carries that spread. The verdict is:
 
 - ``pays``: the whole speedup interval is above 1;
 - ``does not pay``: the whole interval is below 1;
 - ``tied``: the interval holds 1: the launches cannot tell the two apart.
 
-When the job launched nothing twice (a replay of a recorded surface, confirmation off) there
-is no between-launch spread: the interval is the one the repeats of each launch give, and the
-verdict says so (``interval_kind`` "within one launch"). A point measured once in such a job
-has no interval: its verdict is the plain comparison.
+When nothing was launched twice, in the job or before it on the machine (a replay of a
+recorded surface, a first job with confirmation off), there is no between-launch spread: the
+interval is the one the repeats of each launch give, and the verdict says so
+(``interval_kind`` "within one launch"). A point measured once in such a job has no
+interval: its verdict is the plain comparison.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from tuner.engines import EXPORT_FORMATS
 from tuner.explain import explain
 from tuner.export import depth_schedule, export_point
 from tuner.job import TrialEvent
+from tuner.launch_history import history_text
 from tuner.launches import launch_count
 from tuner.methods import params_text
 from tuner.pareto import Point, Report
@@ -96,13 +97,19 @@ def _interval(rep: Report, p: Point, name: str, spec: str) -> str:
 
 def _interval_note(rep: Report) -> str:
     spread = rep.spreads.get(rep.objectives[0][0])
-    if spread is not None:
+    if spread is None:
+        return "medians of repeats, [95% interval within one launch: nothing launched twice]"
+    source = history_text(spread)
+    if source is not None:  # the machine's history was weighed: say how much went in
         return (
             "geometric means over launches, [95% interval for one more launch, from the "
-            f"job's between-launch spread: {spread.cv:.0%}, pooled over "
-            f"{spread.configurations} configuration(s)]"
+            f"between-launch spread {spread.cv:.1%} ({source})]"
         )
-    return "medians of repeats, [95% interval within one launch: nothing launched twice]"
+    return (
+        "geometric means over launches, [95% interval for one more launch, from the "
+        f"job's between-launch spread: {spread.cv:.0%}, pooled over "
+        f"{spread.configurations} configuration(s)]"
+    )
 
 
 def report_text(rep: Report, why: list[str] | None = None) -> str:

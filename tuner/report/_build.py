@@ -13,7 +13,8 @@ from tuner.baselines import queued
 from tuner.errors import InvalidInput
 from tuner.explain import explain
 from tuner.export import winner_exports
-from tuner.launches import launch_count
+from tuner.launch_history import history_text
+from tuner.launches import LaunchSpread, launch_count, log_cv
 from tuner.pareto import Point, Reference, Report, job_report
 from tuner.report._models import (
     HostedReference,
@@ -198,6 +199,27 @@ def _reference(r: Reference, rep: Report) -> HostedReference:
     )
 
 
+def _spread_row(level: int, name: str, sp: LaunchSpread) -> LaunchSpreadPublic:
+    h = sp.history
+    return LaunchSpreadPublic(
+        concurrency=level,
+        metric=name,
+        cv=sp.cv,
+        log_sd=sp.log_sd,
+        df=sp.df,
+        configurations=sp.configurations,
+        own_df=sp.own_df,
+        own_cv=None if sp.own_log_sd is None else log_cv(sp.own_log_sd),
+        history_jobs=sp.history_jobs,
+        history_df=sp.history_df,
+        history_available_df=None if h is None else h.df,
+        history_cv=None if h is None else h.cv,
+        history_pooled=sp.history_df > 0,
+        history_p_value=sp.history_p,
+        source=history_text(sp),
+    )
+
+
 def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
     """The whole report as one document: one point per (configuration, level), the winner
     and verdicts at the query's level. JobNotFound for an unknown job. A job whose stored
@@ -214,17 +236,7 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         front = {p.trial_number for p in rep.front}
         if level == sl.concurrency:
             main = rep
-        spread_rows += [
-            LaunchSpreadPublic(
-                concurrency=level,
-                metric=name,
-                cv=sp.cv,
-                log_sd=sp.log_sd,
-                df=sp.df,
-                configurations=sp.configurations,
-            )
-            for name, sp in rep.spreads.items()
-        ]
+        spread_rows += [_spread_row(level, name, sp) for name, sp in rep.spreads.items()]
         for p in (*rep.points, *rep.pruned):
             configs.setdefault(p.trial_number, (p.method, p.params))
             points.append(_pareto_point(p, rep, level, sl.concurrency, front))

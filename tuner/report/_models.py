@@ -151,14 +151,45 @@ class RoundCostVerdict(FrozenModel):
 
 
 class LaunchSpreadPublic(FrozenModel):
-    """The job's between-launch spread of one metric at one level."""
+    """The job's between-launch spread of one metric at one level, with the machine's
+    history pooled in (``tuner.launch_history``)."""
 
     concurrency: int
     metric: str
     cv: float = Field(description="between-launch coefficient of variation (log-normal)")
     log_sd: float = Field(description="pooled standard deviation of log values")
-    df: int = Field(description="degrees of freedom: sum of (launches - 1)")
-    configurations: int = Field(description="configurations launched at least twice")
+    df: int = Field(
+        description="degrees of freedom every interval reads: own_df + history_df (own_df: "
+        "sum of (launches - 1) over this job's configurations launched at least twice)"
+    )
+    configurations: int = Field(description="this job's configurations launched at least twice")
+    own_df: int | None = Field(None, description="this job's own degrees of freedom")
+    own_cv: float | None = Field(
+        None, description="this job's own spread (null: it launched nothing twice)"
+    )
+    history_jobs: int = Field(
+        0, description="earlier succeeded jobs on this hardware, engine kind and target pooled in"
+    )
+    history_df: int = Field(
+        0, description="degrees of freedom the history adds: min(its own, the cap of 20)"
+    )
+    history_available_df: int | None = Field(
+        None, description="degrees of freedom the history held, uncapped (null: no history)"
+    )
+    history_cv: float | None = Field(None, description="the history's own spread")
+    history_pooled: bool = Field(
+        False,
+        description="the history is pooled in; false with history_cv set: this job's spread "
+        "is larger (F-test at 0.05), so the host is in another state and it is not",
+    )
+    history_p_value: float | None = Field(
+        None, description="the F-test's p-value of this job's spread against the history's"
+    )
+    source: str | None = Field(
+        None,
+        description='where df comes from, e.g. "df 22: this job 2 + 20 from 3 earlier '
+        'jobs on this machine" (null: this job alone, no history)',
+    )
 
 
 class RoundCostTrial(FrozenModel):
@@ -248,8 +279,9 @@ class ParetoPublic(FrozenModel):
     )
     launch_spread: list[LaunchSpreadPublic] = Field(
         default_factory=list,
-        description="the job's between-launch spread per level and metric (empty: nothing "
-        "was launched twice; intervals are then within one launch)",
+        description="the job's between-launch spread per level and metric, the machine's "
+        "history pooled in (empty: nothing was launched twice, here or in an earlier job on "
+        "this machine; intervals are then within one launch)",
     )
     round_cost: list[RoundCostTrial] = Field(
         default_factory=list,

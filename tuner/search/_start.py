@@ -63,7 +63,7 @@ class StartPoints:
                 earlier.append(j.job_id)
         ranked: list[tuple[float, dict[str, Any]]] = []
         for jid in earlier:
-            rep = job_report(store, jid)
+            rep = job_report(store, jid, history=False)  # the front only: no interval read
             name, direction = rep.objectives[0]
             sign = -1.0 if direction == "maximize" else 1.0
             ranked += [(sign * score(p, name), p.params) for p in rep.front if p.method != "none"]

@@ -2,8 +2,9 @@
 
 As Optuna's ``RDBStorage`` holds its scoped session and finders, ``Store`` holds ours: the
 finders raise one ``JobNotFound``; the writes of jobs, trials, references and API tokens,
-the service's counts and the one read model of a trial (``_records.py``) are its methods
-(the mixins beside this module use ``Store.session``). No other module opens a session.
+the service's counts, the one read model of a trial (``_records.py``) and the machine's
+launch history (``_history.py``) are its methods (the mixins beside this module use
+``Store.session``). No other module opens a session.
 
 Each public method states whether it rides out a database restart: ``retry_db`` (one short
 transaction, so trying again is safe) or ``no_retry`` (its docstring or comment says why).
@@ -25,6 +26,7 @@ from tuner.space import SearchSpace
 from tuner.states import JobState
 from tuner.storage._counts import CountQueries
 from tuner.storage._db import ensure_schema, session_scope
+from tuner.storage._history import HistoryQueries
 from tuner.storage._models import JobModel, ReferenceModel, utcnow
 from tuner.storage._queue import CancelResult, JobNotFound, QueueQueries
 from tuner.storage._records import RecordQueries
@@ -58,6 +60,7 @@ class Store(
     CountQueries,
     StoredSpaceQueries,
     WatchQueries,
+    HistoryQueries,
 ):
     """SpecTune's tables and the Optuna studies beside them, in one database."""
 
