@@ -15,5 +15,8 @@ from tests.api.test_predictions import guided_replay_job
 def watched_job(tmp_path_factory) -> tuple[str, int, Path]:
     """(database URL, job id, folder) of the FAKE job."""
     root = tmp_path_factory.mktemp("watched")
+    # The surface's model is written "target": a folder of that name makes it a path (without
+    # one it is a hub id, and a server loading the folder would be another model).
+    (root / "target").mkdir()
     url = f"sqlite:///{root / 'watch.db'}"
     return url, guided_replay_job(root, url), root
