@@ -7,11 +7,12 @@ each batch class measured at concurrency 4.
 
 The job takes the engine and models of ``--space`` (the tiny CPU pair by default), n-gram
 only (k 1..4, lookup 1..4: one proposer), ``max_num_seqs: [2, 4]``, ``concurrency: [1, 4]``,
-the objective at concurrency 4 and an SLO on p99 TTFT only (1500 ms: on 2 cores a batch of
-4 measured p99 TTFT ~0.9 s and a batch of 2 ~2.1 s, so the SLO splits the classes; at 500 ms
-nothing was feasible); confirmation off (the classes are the point). The guided search prices n-gram at max_num_seqs 4 (a running batch of 4 at
-concurrency 4: nothing queues), then launches the baseline and the incumbent at 2 (a running
-batch of 2: half the requests queue), so each class has its own baseline. ``--job N`` only
+the objective at concurrency 4 and an SLO on p99 TTFT only (1500 ms: above a batch of 4's
+p99 TTFT, 0.9 s measured on 2 cores, and near a batch of 2's, 1.4-2.1 s, where the queue
+decides; at 500 ms nothing was feasible); confirmation off (the classes are the point). The
+guided search prices n-gram at max_num_seqs 4 (a running batch of 4 at concurrency 4:
+nothing queues), then launches the baseline and the incumbent at 2 (a running batch of 2:
+half the requests queue), so each class has its own baseline. ``--job N`` only
 summarises job N of ``--db`` (nothing runs).
 
 Prints one progress line per trial on stderr, then per class at concurrency 4: the baseline
