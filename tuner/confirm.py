@@ -39,7 +39,7 @@ from tuner.measure import Measurer, TrialFailed
 from tuner.pareto import Point, Report, job_report
 from tuner.verdict import TIED
 
-__all__ = ["MAX_LAUNCHES", "confirm", "next_launch"]
+__all__ = ["MAX_LAUNCHES", "Confirmation", "confirm", "next_launch"]
 
 log = logging.getLogger(__name__)
 
@@ -110,27 +110,66 @@ def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> in
     return None
 
 
+class Confirmation:
+    """The job's confirmation launches, one at a time, as ``next_launch`` says, within
+    ``confirm_budget`` (a launch that fails counts, and its trial is not tried again). The
+    job's loop (``tuner.job``) asks it between search launches too: the baseline and the
+    winner confirmed early give the bound that tells the search when nothing can win."""
+
+    def __init__(self, ctx: JobContext, measurer: Measurer) -> None:
+        self.ctx, self.measurer = ctx, measurer
+        ms = ctx.space.measurement
+        self.enabled = ms.confirm_top > 0 and ms.confirm_budget > 0 and measurer.live
+        self.failed: set[int] = set()
+        self.done: list[int] = []
+        self.spent = 0
+
+    @property
+    def budget_left(self) -> int:
+        return max(0, self.ctx.space.measurement.confirm_budget - self.spent)
+
+    def next(self, rep: Report) -> int | None:
+        """The trial to launch again next, or None (off, budget spent, or nothing worth it)."""
+        if not self.enabled or self.budget_left <= 0:
+            return None
+        return next_launch(rep, self.ctx.space.measurement.confirm_top, self.failed)
+
+    def launch(self, number: int) -> bool:
+        """One confirmation launch of ``number``; False when it failed."""
+        ok = _launch(self.ctx, self.measurer, number, self.spent)
+        self.spent += 1
+        if ok:
+            self.done.append(number)
+        else:
+            self.failed.add(number)
+        return ok
+
+    def outcome(self, rep: Report) -> str:
+        """How confirmation ended, for the job's stop reason."""
+        w = rep.winner
+        if w is None:
+            return "no winner to confirm"
+        n = launch_count(w.metrics)
+        if not self.enabled:
+            return f"confirmation off: the winner (trial {w.trial_number}) launched {n} time(s)"
+        left = self.budget_left
+        state = "confirmed" if n >= 2 else "unconfirmed"
+        spent = f"{self.spent} confirmation launch{'es' if self.spent != 1 else ''}"
+        tail = "" if left > 0 else ", the confirmation budget spent"
+        return f"the winner (trial {w.trial_number}) is {state} over {n} launches ({spent}{tail})"
+
+
 def confirm(ctx: JobContext, measurer: Measurer) -> list[int]:
-    """Launch again, one configuration at a time, as ``next_launch`` says, until it says
-    stop or ``confirm_budget`` launches are spent; each launch's numbers are merged into the
-    trial's stored points (``tuner.launches.merge_launch``). Returns the trials launched."""
-    store, job_id, space = ctx.store, ctx.job_id, ctx.space
-    ms = space.measurement
-    if ms.confirm_top <= 0 or ms.confirm_budget <= 0 or not measurer.live:
-        return []  # a replay has nothing to re-launch
-    failed: set[int] = set()
-    done: list[int] = []
-    for i in range(ms.confirm_budget):
-        if ctx.control.cancelled:
-            break
-        number = next_launch(job_report(store, job_id), ms.confirm_top, failed)
+    """Launch again, one configuration at a time, until ``next_launch`` says stop or the
+    budget is spent (``Confirmation``); each launch's numbers are merged into the trial's
+    stored points (``tuner.launches.merge_launch``). Returns the trials launched."""
+    conf = Confirmation(ctx, measurer)
+    while not ctx.control.cancelled:
+        number = conf.next(job_report(ctx.store, ctx.job_id))
         if number is None:
             break
-        if not _launch(ctx, measurer, number, i):
-            failed.add(number)
-            continue
-        done.append(number)
-    return done
+        conf.launch(number)
+    return conf.done
 
 
 def _launch(ctx: JobContext, measurer: Measurer, number: int, i: int) -> bool:

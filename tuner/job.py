@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from tuner.confirm import confirm
+from tuner.confirm import Confirmation
 from tuner.context import (
     JobContext,
     JobHooks,
@@ -36,8 +36,9 @@ from tuner.measure import (
     load_all_prompts,
     measure_references,
 )
+from tuner.pareto import Report, job_report
 from tuner.recovery import Recovery, slots_used
-from tuner.search import GUIDE_ATTR, SearchStrategy
+from tuner.search import GUIDE_ATTR, Outlook, SearchStrategy
 from tuner.space import SearchSpace
 from tuner.states import JobState
 from tuner.storage import JobModel, SpaceRefused, Store, space_of_job
@@ -85,33 +86,95 @@ def default_measurer(ctx: JobContext, prompts: dict[str, list[Prompt]]) -> Measu
 
 
 def _run_trials(
-    ctx: JobContext, study: optuna.Study, runner: TrialRunner, recovery: Recovery
-) -> None:
-    """Take a slot of the shared budget, run one trial, until the budget is spent. The
-    owner then waits for the other workers' trials (failing those of dead workers, whose
-    retries it may run, and taking back the slots of workers that died before their trial
-    began), so the job ends once every trial of the budget has."""
+    ctx: JobContext,
+    study: optuna.Study,
+    runner: TrialRunner,
+    recovery: Recovery,
+    conf: Confirmation,
+) -> str | None:
+    """Search and confirmation as one loop; returns why the search stopped (the owner's).
+
+    After every launch the owner reads the job's report and asks the strategy's outlook
+    (``tuner.search._stop``) whether anything not launched yet can still beat the winner:
+    while something can and the trial cap allows, the next search launch; once nothing
+    predicted beats the winner's own value (only optimism is left), the baseline and the
+    winner are confirmed first, whose tighter bound may end the search; when nothing can win
+    or the cap is reached, the search closes (no worker takes another slot) and the
+    confirmation launches finish the job. A worker helping the owner runs search trials
+    while slots last; the owner waits for theirs, failing those of dead workers (whose
+    retries it may run) and taking back the slots of workers that died before their trial
+    began."""
     store, job_id, poll_s = ctx.store, ctx.job_id, ctx.worker.poll_s
+    strategy = runner.strategy
     running = (optuna.trial.TrialState.RUNNING,)
+    waiting = (optuna.trial.TrialState.WAITING,)
+    stopped: str | None = None
     while True:
         if ctx.control.cancelled:
             raise JobCancelled("job cancelled")
-        if store.take_trial_slot(job_id):
-            recovery.sweep(study)
-            runner.strategy.propose(study)
-            recovery.run_one(study, runner)
-            continue
-        if not ctx.owner:
-            return
         recovery.sweep(study)
-        if store.trial_slots_left(job_id) > 0:
+        if not ctx.owner:
+            if store.take_trial_slot(job_id):
+                strategy.propose(study)
+                recovery.run_one(study, runner)
+                continue
+            return None
+        rep = job_report(store, job_id)
+        # Enqueued trials (start points, warm starts, a recorded grid) were asked for: they
+        # run before the outlook may close the search.
+        queued = bool(study.get_trials(deepcopy=False, states=waiting))
+        look = None if queued else strategy.outlook(rep)
+        left = store.trial_slots_left(job_id)
+        if left > 0 and stopped is None and (look is None or look.can_win):
+            number = _confirm_first(rep, look, conf)
+            if number is not None:
+                conf.launch(number)
+                continue
+            if store.take_trial_slot(job_id):
+                strategy.propose(study, look)
+                recovery.run_one(study, runner)
+                continue
+        elif left > 0 and stopped is None and look is not None:
+            stopped = look.reason()
+            store.set_stop_reason(job_id, stopped)
+        if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
-        if not unasked and not study.get_trials(deepcopy=False, states=running):
-            return
-        deadline = time.monotonic() + poll_s
-        while time.monotonic() < deadline and not ctx.control.cancelled:
-            time.sleep(min(0.2, poll_s))
+        if unasked or study.get_trials(deepcopy=False, states=running):
+            deadline = time.monotonic() + poll_s
+            while time.monotonic() < deadline and not ctx.control.cancelled:
+                time.sleep(min(0.2, poll_s))
+            continue
+        if stopped is None:
+            stopped = _budget_reason(ctx, strategy.outlook(rep))
+            store.set_stop_reason(job_id, stopped)
+        number = conf.next(rep)
+        if number is None:
+            return stopped
+        conf.launch(number)
+
+
+def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int | None:
+    """The baseline or the winner to launch again before the next search launch, or None:
+    only once nothing left is predicted (centrally) to beat the winner, so the tighter bound
+    of a confirmed pair may end the search; never before enqueued trials have run."""
+    w = rep.winner
+    if look is None or w is None or w.metrics.get(look.metric) is None:
+        return None
+    if look.predicted_to_beat(float(w.metrics[look.metric])):
+        return None
+    number = conf.next(rep)
+    pair = {p.trial_number for p in (rep.baseline, w) if p is not None}
+    return number if number in pair else None
+
+
+def _budget_reason(ctx: JobContext, look: Outlook | None) -> str:
+    """The search stopped at its trial cap: say so, and what could still have won."""
+    n = ctx.n_trials
+    head = f"trial budget spent: {n} of {n} search trials"
+    if look is None:
+        return f"{head} (search: {ctx.space.search})"
+    return f"{head}; {look.reason()}" if look.can_win else look.reason()
 
 
 def _end(ctx: JobContext, state: JobState, error: str | None) -> None:
@@ -199,10 +262,12 @@ def run_job(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         on_job_start(study, space)  # names objectives of older studies too; MLflow ready
-        _run_trials(ctx, study, runner, recovery)
+        conf = Confirmation(ctx, measurer)
+        stopped = _run_trials(ctx, study, runner, recovery, conf)
         if not ctx.owner:
             return store.job(job_id)
-        confirm(ctx, measurer)
+        outcome = conf.outcome(job_report(store, job_id))
+        store.set_stop_reason(job_id, f"{stopped}; {outcome}" if stopped else outcome)
     except JobCancelled:
         status = store.job_status(job_id)
         if worker.stopping() and not (status and status[1]):

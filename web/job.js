@@ -290,11 +290,12 @@ export async function jobPage(gen, jobId) {
 // Whether the winner was launched at least twice, and what the job cannot tell apart from it.
 function winnerStatusText(box, rep, w) {
   box.classList.toggle("unconfirmed", Boolean(w && !rep.winner_confirmed && !rep.replay_surface));
-  if (!w || rep.replay_surface) { box.textContent = ""; return; }
+  const stop = rep.stop_reason ? ` Why the job stopped: ${rep.stop_reason}.` : "";
+  if (!w || rep.replay_surface) { box.textContent = stop.trim(); return; }
   const same = (rep.equivalent_trials || []).map((n) => `trial ${n}`);
   box.textContent = (rep.winner_confirmed
     ? `Winner confirmed: ${w.launches} launches.`
     : `Winner unconfirmed: ${w.launches} undisturbed launch${w.launches === 1 ? "" : "es"}, fewer than two ` +
       "(confirmation off, its budget spent, or a launch failed or was disturbed).") +
-    (same.length ? ` The job cannot tell it apart from ${same.join(", ")}.` : "");
+    (same.length ? ` The job cannot tell it apart from ${same.join(", ")}.` : "") + stop;
 }

@@ -141,7 +141,7 @@ def test_each_target_prices_its_proposers_on_its_own_baseline():
     from tuner.search._offline import offline_prices
     from tuner.space import load_space
 
-    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu.yaml")
+    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu-all-methods.yaml")
     mtp_target = space.methods.mtp.model
     main = _greedy(TINY / "target", _prompts()[:2], 12)
     mtp = _greedy(TINY / "target-mtp", _prompts()[:2], 12)
@@ -176,7 +176,7 @@ def test_the_strategy_adds_a_targets_prices_once_its_baseline_has_run():
     from tuner.search import SearchStrategy
     from tuner.space import load_space
 
-    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu.yaml")
+    space = load_space(TINY.parents[1] / "search_spaces" / "tiny-cpu-all-methods.yaml")
     mtp_target = space.methods.mtp.model
     rows = []
 

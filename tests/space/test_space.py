@@ -16,7 +16,7 @@ methods: {ngram: {}}
 
 
 def test_preset_loads_and_resolves_paths_against_its_folder():
-    space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
+    space = load_space(REPO / "search_spaces" / "tiny-cpu-all-methods.yaml")
     assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp"]
     assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
     # Every checkpoint the preset names is committed.
@@ -141,3 +141,11 @@ def test_the_same_prompts_as_two_named_workloads_with_their_own_sampling():
     again = SearchSpace.model_validate(space.model_dump())
     assert [w.name for w in again.all_workloads] == ["greedy", "sampled"]
     assert again.all_workloads[1].sampling == sampled.sampling
+
+
+def test_the_default_preset_searches_without_a_showcase():
+    """make demo's space prices every method it holds and launches only what can win: no
+    every-method start points (tiny-cpu-all-methods.yaml keeps those), the trials a cap."""
+    space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
+    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3"]
+    assert space.start_with == [] and space.search == "guided" and space.offline_pricing

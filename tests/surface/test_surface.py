@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_grid_of_the_tiny_cpu_space_is_every_distinct_engine():
-    space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
+    space = load_space(REPO / "search_spaces" / "tiny-cpu-all-methods.yaml")
     configs = grid_configs(space)
     keys = {config_key(c) for c in configs}
     assert len(keys) == len(configs)  # no engine twice

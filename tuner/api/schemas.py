@@ -151,8 +151,14 @@ class JobPublic(FrozenModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    engine_launches: int
+    engine_launches: int = Field(description="search launches (each distinct configuration once)")
+    confirm_launches: int = Field(0, description="launches made again to confirm the front")
     engine_startup_s: float
+    stop_reason: str | None = Field(
+        None,
+        description="why the search stopped, with numbers (nothing left can win, or the trial "
+        "budget), and how confirmation ended; None while the search runs",
+    )
     workload: str = Field(description="the workload the objectives are measured on")
     workloads: list[str] = Field(default_factory=list, description="every workload measured")
     concurrency: list[int]

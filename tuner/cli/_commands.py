@@ -151,6 +151,8 @@ def _report_document(store: Store, job_id: int, concurrency: int | None, slo: di
 
 def _print_report(store: Store, job_id: int, rep: Report) -> None:
     print(report_text(rep, explain(rep, param_importances(store, job_id))))
+    if reason := store.job(job_id).stop_reason:
+        print(f"\nWhy the job stopped: {reason}")
     recs = store.trial_records(job_id)
     if text := offline_text(recs):
         print()
@@ -218,7 +220,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             "n_trials": j.n_trials,
             "trials_done": sum(1 for t in j.trials if t.state in TRIAL_FINISHED),
             "engine_launches": j.engine_launches,
+            "confirm_launches": j.confirm_launches or 0,
             "engine_startup_s": round(j.engine_startup_s, 1),
+            "stop_reason": j.stop_reason,
             "created_at": j.created_at.isoformat() + "Z",
             "finished_at": j.finished_at.isoformat() + "Z" if j.finished_at else None,
             "error": j.error,

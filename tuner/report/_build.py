@@ -263,6 +263,7 @@ def pareto(store: Store, job_id: int, q: ReportQuery) -> ParetoPublic:
         latency_decides=main.latency_decides,
         winner_trial=main.winner.trial_number if main.winner else None,
         winner_confirmed=main.winner_confirmed,
+        stop_reason=store.job(job_id).stop_reason,
         equivalent_to_winner=[dict(p.params) for p in equivalent],
         equivalent_trials=[p.trial_number for p in equivalent],
         launch_spread=spread_rows,

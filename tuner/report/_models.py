@@ -269,6 +269,12 @@ class ParetoPublic(FrozenModel):
         description="the winner was launched at least twice; false: unconfirmed (the "
         "confirmation budget ran out, or the job re-launches nothing)",
     )
+    stop_reason: str | None = Field(
+        None,
+        description="why the job stopped searching, one sentence with numbers (e.g. "
+        "'nothing left can win: 31 configurations priced, best optimistic output_tok_per_s "
+        "88 < the winner's lower bound 95'), and how confirmation ended; None while running",
+    )
     equivalent_to_winner: list[dict[str, Any]] = Field(
         default_factory=list,
         description="params of the feasible configurations the job cannot tell apart from "

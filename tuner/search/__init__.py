@@ -15,6 +15,7 @@ from tuner.search._offline import StepCost, step_costs
 from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, ObjectivePoint, dominated_by, interval_text
 from tuner.search._start import StartPoints
+from tuner.search._stop import Candidate, Outlook, outlook, winner_bound
 from tuner.search._strategy import GUIDE_ATTR, SearchStrategy
 
 __all__ = [
@@ -27,6 +28,10 @@ __all__ = [
     "Prediction",
     "Proposal",
     "SearchStrategy",
+    "Candidate",
+    "Outlook",
+    "outlook",
+    "winner_bound",
     "StartPoints",
     "StepCost",
     "canonical",

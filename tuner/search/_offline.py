@@ -55,6 +55,10 @@ __all__ = [
 ACCEPTANCE_MARGIN = 0.04
 _VERIFY_PER_TOKEN = 0.05  # prior share of a step per drafted token verified
 _PRIOR_SIGMA = 0.5  # relative band of a prediction on the prior cost alone
+# Band when the verify part was measured on another method's launch: what is left to guess is
+# the proposer's own share, scaled from its parameter count (this job's measured prediction
+# error, ``calibration``, is added on top of it).
+_VERIFY_SIGMA = 0.2
 
 
 @dataclass(frozen=True)
@@ -187,8 +191,9 @@ def step_costs(
         e = max(0.0, e)
         return StepCost(e / 2, e / (2 * d), 0.25, "its method's one launched depth, split")
     per = (min(verify) if verify else _VERIFY_PER_TOKEN) + proposer_share(space, c, sizes)
-    how = "verify cost from other methods' launches" if verify else "prior"
-    return StepCost(0.0, per, _PRIOR_SIGMA, how)
+    if verify:
+        return StepCost(0.0, per, _VERIFY_SIGMA, "verify cost from other methods' launches")
+    return StepCost(0.0, per, _PRIOR_SIGMA, "prior")
 
 
 def proposer_share(

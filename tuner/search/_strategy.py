@@ -26,13 +26,16 @@ from tuner.candidates import config_to_params, grid_configs, grid_params, params
 from tuner.context import JobContext
 from tuner.measure import load_all_prompts
 from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices
+from tuner.pareto import Report, job_report
 from tuner.search._classes import canonical, kv_need_tokens
 from tuner.search._guide import Proposal, family_key, predicted_points, propose
+from tuner.search._layout import config_key
 from tuner.search._offline import offline_prices
 from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, objective_points
 from tuner.search._snapshot import JobTrials
 from tuner.search._start import StartPoints
+from tuner.search._stop import Outlook, outlook
 from tuner.space import running_batch
 from tuner.storage import TrialState
 from tuner.workloads import Prompt, WorkloadError
@@ -79,8 +82,20 @@ class SearchStrategy:
         measured = self.trials.current().measured()
         return canonical(params, self.space, self.need_tokens, measured)
 
-    def propose(self, study: optuna.Study) -> Proposal | None:
-        """Enqueue the guide's next launch when nothing is queued; returns it (or None)."""
+    def outlook(self, rep: Report | None = None) -> Outlook | None:
+        """What is left of the objective class and whether any of it can still beat the
+        winner (``_stop``); None for a sampler-only search (its budget decides)."""
+        if self.space.search != "guided":
+            return None
+        rep = rep if rep is not None else job_report(self.store, self.job_id)
+        snap = self.trials.current()
+        return outlook(self.space, snap.rows, snap.memory, self.grid, self.prices(), rep)
+
+    def propose(self, study: optuna.Study, look: Outlook | None = None) -> Proposal | None:
+        """Enqueue the guide's next launch when nothing is queued; returns it (or None).
+        With the job's ``look``, only what can still win is launched: a guide proposal the
+        outlook rules out gives way to the outlook's best (or a configuration nothing prices
+        yet), and the guide falling silent does too."""
         if self.space.search != "guided":
             return None
         waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
@@ -88,6 +103,8 @@ class SearchStrategy:
             return None  # start points and neighbours first
         snap = self.trials.current()
         prop = propose(self.space, snap.rows, snap.memory, self.grid, self.prices())
+        if look is not None and look.winner is not None:
+            prop = _within(prop, look)
         if prop is None:
             return None
         d = config_to_params(prop.params, self.space)
@@ -250,3 +267,22 @@ class SearchStrategy:
         near = [p for p in fresh if distance(p) == best]
         pick = random.Random(space.seed * 7919 + trial.number).choice(near)
         trial.study.enqueue_trial(pick, user_attrs={GUIDE_ATTR: {"by": "neighbour"}})
+
+
+def _within(prop: Proposal | None, look: Outlook) -> Proposal | None:
+    """``prop`` when the outlook says it can still win; else the outlook's best hopeful
+    configuration, else one nothing prices yet, else None (the search is over)."""
+    allowed = {config_key(c.params) for c in look.hopeful + look.unknown}
+    if prop is not None and config_key(prop.params) in allowed:
+        return prop
+    best = look.best
+    if best is not None:
+        why = (
+            f"can still win: optimistic {look.metric} {best.optimistic:.4g} ({best.how}) "
+            f"against the winner's bound {look.bound:.4g}"
+        )
+        return Proposal(dict(best.params), "guide: can win", why)
+    if look.unknown:
+        c = look.unknown[0]
+        return Proposal(dict(c.params), "guide: scan", f"nothing prices it yet: {c.how}")
+    return None

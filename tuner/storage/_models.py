@@ -69,6 +69,9 @@ class JobModel(Base):
     # Trial slots taken from the budget by all the workers sharing the job (v0.5.0.b): an
     # atomic ``UPDATE … WHERE trials_started < n_trials`` gives each slot to one worker.
     trials_started: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Why the search stopped (v0.9.0.a): set when it closes -- no worker takes another trial
+    # slot then -- and completed with the confirmation's outcome when the job ends.
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"

@@ -126,6 +126,7 @@ class QueueQueries:
                     JobModel.heartbeat_at >= fresh,
                     JobModel.cancel_requested.is_not(True),
                     JobModel.trials_started < JobModel.n_trials,
+                    JobModel.stop_reason.is_(None),
                     started.exists(),
                     JobModel.job_id.not_in(list(exclude)),
                 )
@@ -139,7 +140,11 @@ class QueueQueries:
         with self.session() as s:
             res = s.execute(
                 update(JobModel)
-                .where(JobModel.job_id == job_id, JobModel.trials_started < JobModel.n_trials)
+                .where(
+                    JobModel.job_id == job_id,
+                    JobModel.trials_started < JobModel.n_trials,
+                    JobModel.stop_reason.is_(None),
+                )
                 .values(trials_started=JobModel.trials_started + 1)
                 .execution_options(synchronize_session=False)
             )
@@ -147,11 +152,26 @@ class QueueQueries:
 
     @retry_db
     def trial_slots_left(self, job_id: int) -> int:
+        """Slots of the budget no worker took yet; 0 once the search stopped."""
         with self.session() as s:
             row = s.execute(
-                select(JobModel.n_trials, JobModel.trials_started).where(JobModel.job_id == job_id)
+                select(JobModel.n_trials, JobModel.trials_started, JobModel.stop_reason).where(
+                    JobModel.job_id == job_id
+                )
             ).first()
-        return 0 if row is None else max(0, row[0] - row[1])
+        return 0 if row is None or row[2] is not None else max(0, row[0] - row[1])
+
+    @retry_db
+    def set_stop_reason(self, job_id: int, reason: str) -> None:
+        """Close the search (no worker takes another slot) and say why; called again when
+        the job ends, to add the confirmation's outcome."""
+        with self.session() as s:
+            s.execute(
+                update(JobModel)
+                .where(JobModel.job_id == job_id)
+                .values(stop_reason=reason[:2000])
+                .execution_options(synchronize_session=False)
+            )
 
     @retry_db
     def refund_trial_slot(self, job_id: int) -> None:

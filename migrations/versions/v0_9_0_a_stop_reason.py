@@ -1,0 +1,26 @@
+"""Why a job's search stopped: one sentence with numbers ("nothing left can win: ...", "trial
+budget spent ..."), written when the search closes (no worker then takes another trial slot)
+and completed with the confirmation's outcome when the job ends.
+
+Revision ID: v0.9.0.a
+Revises: v0.8.0.a
+Create Date: 2026-12-03
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "v0.9.0.a"
+down_revision = "v0.8.0.a"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("spectune_jobs") as b:
+        b.add_column(sa.Column("stop_reason", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("spectune_jobs") as b:
+        b.drop_column("stop_reason")

@@ -1,0 +1,120 @@
+"""The job ends when nothing left can win: the outlook of what is not launched yet against
+the winner's bound, on a replayed FAKE chain surface (no engine), and the stop reason where a
+user reads it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.search.chain_surface import point, write_chain_surface
+from tuner import cli
+from tuner.job import create_job, run_job
+from tuner.launches import LaunchSpread
+from tuner.search import Candidate, Outlook, winner_bound
+from tuner.space import parse_space
+from tuner.stats import t975
+from tuner.storage import Store
+from tuner.surface import config_key, grid_configs, read_surface
+
+
+def _replay_job(tmp_path, db_url, trials: int = 30) -> tuple[Store, int, object]:
+    surface = write_chain_surface(tmp_path / "chain.jsonl")
+    space = read_surface(surface).space
+    data = space.model_dump(mode="json")
+    data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface)}
+    data.update(trials=trials)
+    store = Store(db_url)
+    jid = create_job(store, parse_space(data, base_dir=tmp_path))
+    run_job(store, jid, work_dir=tmp_path / "work")
+    return store, jid, space
+
+
+def test_the_search_stops_by_itself_once_nothing_can_win(tmp_path, db_url):
+    """279 configurations, a cap of 30 trials: the job stops far earlier, with the best
+    class found and a reason that gives its numbers."""
+    store, jid, space = _replay_job(tmp_path, db_url)
+    job = store.job(jid)
+    launched = [r for r in store.trials(jid) if r.reused_from is None and r.state == "complete"]
+    assert len(launched) < 15, [(r.number, r.params) for r in launched]
+    assert job.stop_reason.startswith("nothing left can win: ")
+    assert "configurations priced, best optimistic output_tok_per_s" in job.stop_reason
+    assert "the winner's lower bound" in job.stop_reason
+    truth = {config_key(c): point(c, 4)["output_tok_per_s"] for c in grid_configs(space)}
+    best = max(truth.values())
+    assert max(truth[config_key(r.params)] for r in launched) >= best * 0.98
+    # the search is closed: no worker takes another slot
+    assert store.trial_slots_left(jid) == 0 and not store.take_trial_slot(jid)
+
+
+def test_the_cap_still_caps(tmp_path, db_url):
+    store, jid, _ = _replay_job(tmp_path, db_url, trials=3)
+    launched = [r for r in store.trials(jid) if r.state == "complete"]
+    assert len(launched) == 3
+    assert store.job(jid).stop_reason.startswith("trial budget spent: 3 of 3 search trials")
+
+
+def test_the_reason_reaches_jobs_and_report_json(tmp_path, db_url, capsys):
+    store, jid, _ = _replay_job(tmp_path, db_url)
+    assert cli.main(["jobs", "--json", "--db", db_url]) == 0
+    (job,) = json.loads(capsys.readouterr().out)
+    assert job["stop_reason"] == store.job(jid).stop_reason
+    assert job["confirm_launches"] == 0 and job["engine_launches"] > 0
+    assert cli.main(["report", str(jid), "--json", "--db", db_url]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stop_reason"] == job["stop_reason"]
+    assert cli.main(["report", str(jid), "--db", db_url]) == 0
+    assert "Why the job stopped: nothing left can win" in capsys.readouterr().out
+
+
+def _outlook(**kw) -> Outlook:
+    base = dict(
+        metric="output_tok_per_s",
+        maximize=True,
+        winner=3,
+        bound=100.0,
+        bound_how="2 launches, between-launch spread",
+        priced=5,
+        hopeful=(),
+        unknown=(),
+        top=90.0,
+    )
+    return Outlook(**{**base, **kw})
+
+
+def test_the_outlook_says_what_can_still_win_and_why_not():
+    c = Candidate({"method": "ngram", "num_speculative_tokens": 3}, 95.0, 120.0, "offline")
+    assert not _outlook().can_win
+    assert _outlook().reason() == (
+        "nothing left can win: 5 configurations priced, best optimistic output_tok_per_s 90 "
+        "< the winner's lower bound 100 (trial 3, 2 launches, between-launch spread)"
+    )
+    hopeful = _outlook(hopeful=(c,), top=120.0)
+    assert hopeful.can_win and hopeful.best == c and hopeful.best_optimistic == 120.0
+    assert not hopeful.predicted_to_beat(96.0) and hopeful.predicted_to_beat(94.0)
+    unknown = _outlook(unknown=(Candidate({"method": "eagle"}, None, None, "no prediction"),))
+    assert unknown.can_win and unknown.predicted_to_beat(1e9)
+    assert "1 cannot be priced without a launch" in unknown.reason()
+    assert _outlook(winner=None, bound=None).can_win
+
+
+def test_the_winners_bound_is_its_expected_values_interval_over_launches():
+    """exp(mean log - t(df) s / sqrt(n)): the interval of the winner's expected value, not
+    of one more launch (a candidate competes with what the winner does on average)."""
+
+    class Rep:
+        winner = type("P", (), {})()
+        spreads = {"output_tok_per_s": LaunchSpread(0.05, 4, 2)}
+
+    Rep.winner.metrics = {
+        "output_tok_per_s": 100.0,
+        "launches": [{"output_tok_per_s": 98.0}, {"output_tok_per_s": 102.0}],
+    }
+    lo, how = winner_bound(Rep(), "output_tok_per_s", True)
+    mean = (math.log(98.0) + math.log(102.0)) / 2
+    assert lo == pytest.approx(math.exp(mean - t975(4) * 0.05 / math.sqrt(2)))
+    assert how == "2 launches, between-launch spread"
+    hi, _ = winner_bound(Rep(), "output_tok_per_s", False)
+    assert hi == pytest.approx(math.exp(mean + t975(4) * 0.05 / math.sqrt(2)))

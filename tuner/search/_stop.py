@@ -1,0 +1,222 @@
+"""When the search is over: nothing not launched yet can still beat the winner.
+
+Why: a launch of a real target costs minutes of a GPU, and the job already knows a lot before
+it spends one. Offline pricing (``_offline``) predicts every depth of every priced proposer
+from the baseline alone, the depth model (``_depth``) every unlaunched depth of a launched
+one, each with its own error band. So after every launch the job asks, for every
+configuration of the objective class it has not launched:
+
+- its optimistic value: the prediction at the good end of the prediction's own band (its
+  ``rel_sigma``: the step-cost model's band, the anchor's interval and this job's measured
+  prediction error so far), on the first objective at the objective point;
+- against the winner's lower bound: the low end (high end for a metric to minimize) of the 95 %
+  interval of the winner's *expected* value, ``exp(mean - t * s / sqrt(n))`` over its launches
+  with the job's between-launch spread, or its repeats' interval before anything was launched
+  twice.
+
+A configuration whose optimism cannot reach that bound cannot win, and is not launched. A
+proposer nothing can price yet (not priced offline, never launched: an unpriced method, a
+sampled workload, another target's checkpoint) and another batch class's baseline and winner
+(``_batches``) are unknown: one launch would tell, so the search goes on. When neither kind is
+left, the search is over and the job says why, with the numbers (``Outlook.reason``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.launches import launch_values
+from tuner.offline import OfflinePrices
+from tuner.pareto import Report, feasible
+from tuner.search._batches import class_launch
+from tuner.search._depth import Prediction
+from tuner.search._guide import depth_predictions
+from tuner.search._layout import Layout, config_key, family_key
+from tuner.search._offline import offline_predictions, proposer_name
+from tuner.space import SearchSpace
+from tuner.stats import t975
+from tuner.storage import TrialState
+
+__all__ = ["Candidate", "Outlook", "outlook", "winner_bound"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration not launched yet, with what the job predicts of it (None: nothing)."""
+
+    params: dict[str, Any]
+    predicted: float | None  # central prediction of the first objective
+    optimistic: float | None  # the good end of the prediction's band
+    how: str  # "offline", "depth model", or why it cannot be priced yet
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What is left to launch on the first objective at the objective point, and whether any
+    of it can still beat the winner."""
+
+    metric: str
+    maximize: bool
+    winner: int | None  # the winner's trial (None: nothing feasible yet)
+    bound: float | None  # the winner's lower bound (upper for a metric to minimize)
+    bound_how: str
+    priced: int  # configurations not launched that have a prediction
+    hopeful: tuple[Candidate, ...]  # their optimism reaches the bound
+    unknown: tuple[Candidate, ...]  # nothing prices them without a launch
+    top: float | None = None  # the best optimistic value of any priced configuration
+
+    @property
+    def can_win(self) -> bool:
+        return self.winner is None or bool(self.hopeful or self.unknown)
+
+    def beats(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+    @property
+    def best(self) -> Candidate | None:
+        """The hopeful candidate with the best optimistic value."""
+        sign = 1.0 if self.maximize else -1.0
+        ranked = sorted(self.hopeful, key=lambda c: -sign * float(c.optimistic or 0.0))
+        return ranked[0] if ranked else None
+
+    @property
+    def best_optimistic(self) -> float | None:
+        best = self.best
+        return None if best is None else best.optimistic
+
+    def predicted_to_beat(self, value: float) -> bool:
+        """Whether some candidate's central prediction beats ``value`` (or nothing prices
+        one): then confirming the current winner first may be a launch spent on a loser."""
+        if self.unknown:
+            return True
+        return any(
+            c.predicted is not None and self.beats(c.predicted, value) for c in self.hopeful
+        )
+
+    def reason(self) -> str:
+        """One sentence with numbers: why the search is over, or what can still win."""
+        if self.winner is None:
+            return "nothing feasible yet: every configuration can still win"
+        bound = f"the winner's {'lower' if self.maximize else 'upper'} bound {self.bound:.4g}"
+        if not self.can_win:
+            if not self.priced:
+                return f"nothing left to launch: every configuration was launched ({bound})"
+            return (
+                f"nothing left can win: {self.priced} configurations priced, best optimistic "
+                f"{self.metric} {_num(self.top)} {'<' if self.maximize else '>'} {bound} "
+                f"(trial {self.winner}, {self.bound_how})"
+            )
+        parts = []
+        if self.hopeful:
+            b = self.best
+            assert b is not None and b.optimistic is not None
+            parts.append(
+                f"{len(self.hopeful)} of {self.priced} priced configurations can still reach "
+                f"{bound} (best optimistic {b.optimistic:.4g}: {proposer_name(b.params)})"
+            )
+        if self.unknown:
+            parts.append(f"{len(self.unknown)} cannot be priced without a launch")
+        return "; ".join(parts)
+
+
+def _num(v: float | None) -> str:
+    return "none" if v is None else f"{v:.4g}"
+
+
+def winner_bound(rep: Report, metric: str, maximize: bool) -> tuple[float, str] | None:
+    """The winner's lower bound (upper for a metric to minimize) on its expected value, and
+    how it was had: over its launches with the job's spread, else its repeats' interval."""
+    w = rep.winner
+    if w is None or w.metrics.get(metric) is None:
+        return None
+    spread = rep.spreads.get(metric)
+    values = launch_values(w.metrics, metric)
+    if spread is not None and values:
+        logs = [math.log(v) for v in values]
+        mean = sum(logs) / len(logs)
+        half = t975(spread.df) * spread.log_sd / math.sqrt(len(logs))
+        edge = mean - half if maximize else mean + half
+        n = len(values)
+        return math.exp(edge), f"{n} launch{'es' if n > 1 else ''}, between-launch spread"
+    st = (w.metrics.get("stats") or {}).get(metric) or {}
+    lo, hi = st.get("ci95_low"), st.get("ci95_high")
+    if lo is not None and hi is not None and int(st.get("n") or 1) >= 2:
+        return float(lo if maximize else hi), "one launch's repeats"
+    return float(w.metrics[metric]), "one launch, no interval"
+
+
+def _optimistic(pred: Prediction, metric: str, maximize: bool) -> dict[str, float]:
+    """The prediction at the good end of its own band: every metric moved by ``rel_sigma``
+    in the direction that helps (throughput up, latencies down)."""
+    out = {}
+    for k, v in pred.metrics.items():
+        up = k in ("output_tok_per_s", "requests_per_s", "goodput_req_per_s")
+        f = 1.0 + pred.rel_sigma if up else max(0.0, 1.0 - pred.rel_sigma)
+        out[k] = float(v) * f
+    return out
+
+
+def outlook(
+    space: SearchSpace,
+    rows: Sequence[Any],
+    memory_for: Callable[[dict[str, Any]], float],
+    grid: Sequence[dict[str, Any]] | None,
+    prices: OfflinePrices | None,
+    rep: Report,
+) -> Outlook:
+    """What is left of the objective class and whether any of it can beat ``rep``'s winner
+    (``rep``: the job's report at the objective point, on engine.model)."""
+    o = space.objectives[0]
+    metric, maximize = o.metric, o.resolved_direction == "maximize"
+    limits = space.slo.limits()
+    lay = Layout.of(space, rows, memory_for, grid)
+    got = winner_bound(rep, metric, maximize)
+    bound, how = got if got is not None else (None, "")
+    winner = rep.winner.trial_number if got is not None and rep.winner is not None else None
+
+    seen: set[str] = set()
+    cands: list[Candidate] = []
+
+    def add(c: dict[str, Any], pred: Prediction, hi: dict[str, float], src: str) -> None:
+        key = config_key(c)
+        if key in seen or key in lay.taken or metric not in pred.metrics or metric not in hi:
+            return
+        seen.add(key)
+        if feasible(hi, limits)[0]:  # even its optimism breaks the SLO: it cannot win
+            cands.append(Candidate(c, float(pred.metrics[metric]), float(hi[metric]), src))
+
+    modelled = depth_predictions(space, rows, lay)
+    for c, pred in modelled:
+        add(c, pred, _optimistic(pred, metric, maximize), "depth model")
+    keys = {config_key(c) for c, _ in modelled}
+    for c, pred, _best in offline_predictions(space, rows, lay, prices, keys):
+        add(c, pred, _optimistic(pred, metric, maximize), "offline")
+    priced = len(seen)
+
+    unknown: list[Candidate] = []
+    failed = {family_key(r.params) for r in rows if r.state == TrialState.FAIL}
+    priced_families = set(prices.by_proposer) if prices is not None else set()
+    for fk, members in lay.families.items():
+        if fk in lay.started or fk in priced_families or fk in failed:
+            continue
+        deepest = lay.place(max(members, key=lambda c: c["num_speculative_tokens"]))
+        why = (prices.unpriced.get(fk) if prices is not None else None) or "not priced"
+        unknown.append(Candidate(deepest, None, None, f"no prediction ({why})"))
+    batch = class_launch(space, rows, lay)
+    if batch is not None:
+        unknown.append(Candidate(batch.params, None, None, batch.why))
+
+    hopeful = tuple(
+        c for c in cands if bound is None or c.optimistic is None or _reaches(c, bound, maximize)
+    )
+    values = [float(c.optimistic) for c in cands if c.optimistic is not None]
+    top = (max if maximize else min)(values) if values else None
+    return Outlook(metric, maximize, winner, bound, how, priced, hopeful, tuple(unknown), top)
+
+
+def _reaches(c: Candidate, bound: float, maximize: bool) -> bool:
+    v = float(c.optimistic or 0.0)
+    return v > bound if maximize else v < bound
