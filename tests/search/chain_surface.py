@@ -133,3 +133,24 @@ def _metrics(c: dict[str, Any], level: int) -> dict[str, Any]:
 
 def write_chain_surface(path: Path, space_text: str = SPACE) -> Path:
     return write_rows(path, space_text, _metrics, "FAKE formula (chain model)", kv_tokens)
+
+
+def trial_row(number: int, c: dict[str, Any], state: str = "complete", levels=(4,)) -> Any:
+    """A stored trial as the guide reads it: the chain model's metrics at ``levels``."""
+    from types import SimpleNamespace
+
+    meas = [
+        SimpleNamespace(workload="code_completion", concurrency=lv, metrics=_metrics(c, lv))
+        for lv in levels
+    ]
+    return SimpleNamespace(
+        number=number,
+        params=c,
+        state=state,
+        measurements=meas,
+        reused_from=None,
+        lossless_match_rate=1.0,
+        lossless_p_value=None,
+        kv_cache_tokens=9999,
+        search=None,
+    )

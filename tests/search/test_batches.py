@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.search.chain_surface import _metrics, point, write_chain_surface
+from tests.search.chain_surface import _metrics, point, trial_row, write_chain_surface
 from tuner.job import create_job, run_job
 from tuner.pareto import job_report
 from tuner.search import DepthPoint, canonical, predict_depth
@@ -111,21 +111,7 @@ def test_predictions_at_a_batch_that_queues_are_exact_on_the_chain_model():
 
 
 def _row(number: int, c: dict, state: str = "complete") -> SimpleNamespace:
-    meas = [
-        SimpleNamespace(workload="code_completion", concurrency=lv, metrics=_metrics(c, lv))
-        for lv in (1, 4)
-    ]
-    return SimpleNamespace(
-        number=number,
-        params=c,
-        state=state,
-        measurements=meas,
-        reused_from=None,
-        lossless_match_rate=1.0,
-        lossless_p_value=None,
-        kv_cache_tokens=9999,
-        search=None,
-    )
+    return trial_row(number, c, state, (1, 4))
 
 
 def test_depth_models_never_mix_running_batches(tmp_path):

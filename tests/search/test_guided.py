@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from tests.search.chain_surface import NEED, SPACE, _metrics, point, write_chain_surface
+from tests.search.chain_surface import (
+    NEED,
+    SPACE,
+    _metrics,
+    point,
+    trial_row,
+    write_chain_surface,
+)
 from tuner.job import create_job, run_job
 from tuner.measure import load_all_prompts
 from tuner.search import DepthPoint, canonical, kv_need_tokens, predict_depth, propose, tau
@@ -150,19 +156,7 @@ def test_memory_collapses_only_where_a_launch_held_the_workload(tmp_path):
 
 
 def _row(number, c, state="complete", level=4):
-    m = _metrics(c, level)
-    meas = [SimpleNamespace(workload="code_completion", concurrency=level, metrics=m)]
-    return SimpleNamespace(
-        number=number,
-        params=c,
-        state=state,
-        measurements=meas,
-        reused_from=None,
-        lossless_match_rate=1.0,
-        lossless_p_value=None,
-        kv_cache_tokens=9999,
-        search=None,
-    )
+    return trial_row(number, c, state, (level,))
 
 
 def test_the_guide_scans_one_proposer_of_each_method_first_in_prior_order(tmp_path):
