@@ -124,6 +124,8 @@ def _run_trials(
         # run before the outlook may close the search.
         queued = bool(study.get_trials(deepcopy=False, states=waiting))
         look = None if queued else strategy.outlook(rep)
+        if look is not None and not look.can_win and not ctx.space.stop_early:
+            look = None  # spend the whole budget: the guide proposes as if nothing was ruled out
         left = store.trial_slots_left(job_id)
         if left > 0 and stopped is None and (look is None or look.can_win):
             number = _confirm_first(rep, look, conf)
@@ -174,7 +176,7 @@ def _budget_reason(ctx: JobContext, look: Outlook | None) -> str:
     head = f"trial budget spent: {n} of {n} search trials"
     if look is None:
         return f"{head} (search: {ctx.space.search})"
-    return f"{head}; {look.reason()}" if look.can_win else look.reason()
+    return f"{head}; {look.reason()}"
 
 
 def _end(ctx: JobContext, state: JobState, error: str | None) -> None:

@@ -23,7 +23,8 @@ from tuner.surface import read_surface
 
 def guided_replay_job(root: Path, url: str, trials: int = 12, simulated: bool = False) -> int:
     """A finished guided job replaying the chain surface (``simulated``: its header says a
-    simulator wrote it)."""
+    simulator wrote it). It spends all its trials (``stop_early: false``), so its table holds
+    every kind of proposal: the other classes' launches come after nothing left can win."""
     surface = write_chain_surface(root / "chain.jsonl")
     if simulated:
         lines = surface.read_text().splitlines()
@@ -31,7 +32,7 @@ def guided_replay_job(root: Path, url: str, trials: int = 12, simulated: bool = 
         surface.write_text("\n".join(lines) + "\n")
     data = read_surface(surface).space.model_dump(mode="json")
     data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface)}
-    data.update(trials=trials)
+    data.update(trials=trials, stop_early=False)
     store = Store(url)
     store.ensure_schema()
     jid = create_job(store, parse_space(data, base_dir=root))

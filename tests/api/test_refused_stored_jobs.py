@@ -68,7 +68,7 @@ REFUSED = {
 
 def _unreadable(d: dict[str, Any]) -> None:
     """Refused as a whole (no single field to drop): not even a lenient read works."""
-    d["concurrency"] = [1, 4, 64]
+    d["objective_concurrency"] = 64  # not one of the job's concurrency levels
 
 
 @pytest.fixture(scope="module")

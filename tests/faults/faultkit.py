@@ -39,6 +39,7 @@ workload: {{num_prompts: 3, max_tokens: {tokens}, warmup_requests: 0, request_ti
 slo: {{p99_tpot_ms: 100000}}
 measurement: {{repeats: 1, max_relative_mad: 10, remeasure: 0, confirm_top: 0, prune: false}}
 trials: {trials}
+stop_early: false
 seed: 5
 """
 

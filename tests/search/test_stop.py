@@ -20,12 +20,14 @@ from tuner.storage import Store
 from tuner.surface import config_key, grid_configs, read_surface
 
 
-def _replay_job(tmp_path, db_url, trials: int = 30) -> tuple[Store, int, object]:
+def _replay_job(
+    tmp_path, db_url, trials: int = 30, stop_early: bool = True
+) -> tuple[Store, int, object]:
     surface = write_chain_surface(tmp_path / "chain.jsonl")
     space = read_surface(surface).space
     data = space.model_dump(mode="json")
     data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface)}
-    data.update(trials=trials)
+    data.update(trials=trials, stop_early=stop_early)
     store = Store(db_url)
     jid = create_job(store, parse_space(data, base_dir=tmp_path))
     run_job(store, jid, work_dir=tmp_path / "work")
@@ -54,6 +56,15 @@ def test_the_cap_still_caps(tmp_path, db_url):
     launched = [r for r in store.trials(jid) if r.state == "complete"]
     assert len(launched) == 3
     assert store.job(jid).stop_reason.startswith("trial budget spent: 3 of 3 search trials")
+
+
+def test_stop_early_false_spends_the_whole_budget(tmp_path, db_url):
+    """The same job that stops by itself within 15 launches runs to its cap of 20 when asked
+    to, and then says the budget ended it and that nothing left could win."""
+    store, jid, _ = _replay_job(tmp_path, db_url, trials=20, stop_early=False)
+    assert len(store.trials(jid)) == 20
+    reason = store.job(jid).stop_reason
+    assert reason.startswith("trial budget spent: 20 of 20 search trials; nothing left"), reason
 
 
 def test_the_reason_reaches_jobs_and_report_json(tmp_path, db_url, capsys):

@@ -213,6 +213,13 @@ class SearchSpace(StrictModel):
         "baseline's greedy outputs before launching it (tuner/offline), launch in the order "
         "of the predicted speed, and skip those whose optimistic prediction cannot win.",
     )
+    stop_early: bool = Field(
+        True,
+        description="guided search: close the search as soon as no configuration left can "
+        "beat the winner's lower bound (trials is then a cap); false: spend every trial of "
+        "the budget, launching the configurations predicted best even when they cannot win "
+        "(to measure what the job would otherwise only price).",
+    )
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="Optuna's sampler seed (0 to 2**32-1)"
     )
