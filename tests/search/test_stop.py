@@ -21,13 +21,13 @@ from tuner.surface import config_key, grid_configs, read_surface
 
 
 def _replay_job(
-    tmp_path, db_url, trials: int = 30, stop_early: bool = True
+    tmp_path, db_url, trials: int = 30, stop_early: bool = True, stop_margin: float = 0.03
 ) -> tuple[Store, int, object]:
     surface = write_chain_surface(tmp_path / "chain.jsonl")
     space = read_surface(surface).space
     data = space.model_dump(mode="json")
     data["engine"] = {**data["engine"], "kind": "replay", "surface": str(surface)}
-    data.update(trials=trials, stop_early=stop_early)
+    data.update(trials=trials, stop_early=stop_early, stop_margin=stop_margin)
     store = Store(db_url)
     jid = create_job(store, parse_space(data, base_dir=tmp_path))
     run_job(store, jid, work_dir=tmp_path / "work")
@@ -65,6 +65,23 @@ def test_stop_early_false_spends_the_whole_budget(tmp_path, db_url):
     assert len(store.trials(jid)) == 20
     reason = store.job(jid).stop_reason
     assert reason.startswith("trial budget spent: 20 of 20 search trials; nothing left"), reason
+
+
+def test_a_gain_below_the_margin_is_not_worth_a_launch(tmp_path):
+    """Without the margin, every near tie whose band reaches the bare bound is launched; with
+    3 % of the winner's value on top of the bound, fewer launches find as good a winner."""
+    got = {}
+    for margin in (0.0, 0.03):
+        d = tmp_path / f"m{margin}"
+        d.mkdir()
+        store, jid, space = _replay_job(d, f"sqlite:///{d / 'spectune.db'}", stop_margin=margin)
+        rows = [r for r in store.trials(jid) if r.reused_from is None]
+        truth = {config_key(c): point(c, 4)["output_tok_per_s"] for c in grid_configs(space)}
+        best = max(truth[config_key(r.params)] for r in rows if r.state == "complete")
+        got[margin] = (len(rows), best / max(truth.values()), store.job(jid).stop_reason)
+    assert got[0.03][0] < got[0.0][0], got
+    assert got[0.03][1] >= 0.98, got
+    assert "+3 % of its value" in got[0.03][2] and "% of its value" not in got[0.0][2]
 
 
 def test_the_reason_reaches_jobs_and_report_json(tmp_path, db_url, capsys):
@@ -109,6 +126,16 @@ def test_the_outlook_says_what_can_still_win_and_why_not():
     assert unknown.can_win and unknown.predicted_to_beat(1e9)
     assert "1 cannot be priced without a launch" in unknown.reason()
     assert _outlook(winner=None, bound=None).can_win
+
+
+def test_the_reason_names_the_proposers_priced_and_never_launched():
+    names = tuple((f"draft_model draft=d{i}", 80.0 - i) for i in range(7))
+    got = _outlook(unlaunched=(("eagle head=h", None), *names)).reason()
+    assert got.endswith(
+        "; priced and not launched: eagle head=h breaks the SLO, draft_model draft=d0 at best "
+        "80, draft_model draft=d1 at best 79, draft_model draft=d2 at best 78, draft_model "
+        "draft=d3 at best 77, draft_model draft=d4 at best 76 and 2 more"
+    ), got
 
 
 def test_the_winners_bound_is_its_expected_values_interval_over_launches():

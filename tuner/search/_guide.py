@@ -203,7 +203,7 @@ def depth_predictions(
         for r in rows
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
-    cal = calibration(rows, metric, level)
+    cal = calibration(rows, metric, level, "depth")
     families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
     for fk, members in families.items():

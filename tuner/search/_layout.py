@@ -61,11 +61,31 @@ def primary(row: Any, level: tuple[str, int]) -> dict[str, Any] | None:
     return None
 
 
-def calibration(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
-    """The median relative error of this job's earlier predictions of ``metric``."""
+PRIOR_COST_NOTE = "step cost: prior"
+
+
+def prediction_source(predicted: dict[str, Any]) -> str | None:
+    """Which model made a stored prediction: "offline" (offline price x step-cost model),
+    "depth" (the depth model of a launched proposer), or None for an offline one on the
+    prior step cost, which the first speculative launch replaces for good."""
+    notes = [str(n) for n in predicted.get("notes") or []]
+    if any(n.startswith(PRIOR_COST_NOTE) for n in notes):
+        return None
+    return "offline" if any(n.startswith("step cost:") for n in notes) else "depth"
+
+
+def calibration(
+    rows: Iterable[Any], metric: str, level: tuple[str, int], source: str | None = None
+) -> float:
+    """The median relative error of this job's earlier predictions of ``metric`` (only
+    those ``source`` made, when given). Why by source: a prior's error says nothing of a
+    model fitted on launches, nor the offline model's of the depth model's."""
     errs = []
     for r in rows:
-        pred = ((getattr(r, "search", None) or {}).get("predicted") or {}).get("value")
+        predicted = (getattr(r, "search", None) or {}).get("predicted") or {}
+        pred = predicted.get("value")
+        if source is not None and prediction_source(predicted) != source:
+            continue
         m = primary(r, level) if r.state == TrialState.COMPLETE else None
         m = search_launch(m) if m else None
         if pred and m and m.get(metric):

@@ -8,8 +8,10 @@ What a price becomes: offline tau(k) times a step-cost model gives a predicted f
 objective for every depth of every priced proposer from the baseline alone. A step costs
 s(k) = s0 * (1 + f + c*k): f and c are learned from this job's launches of the same method
 (least squares over its launched depths; one depth splits its extra cost evenly), else from
-any launched method for c's verify part, else a prior (c = 0.05 per drafted token plus the
-proposer's size relative to the target's for a model, f = 0), with a band that says so.
+any launched method for c's verify part (the lowest, an n-gram lookup's being the verify cost
+alone) plus, for a model, its own share: its size relative to the target's, scaled by what
+launched model proposers cost over their size (a small model's per-forward overhead), else
+a prior (c = 0.05 per drafted token plus the size share, f = 0), with a band that says so.
 The optimistic value takes no overhead at all and the offline error's margin on every
 position: a proposer whose optimistic value cannot beat the incumbent is not launched.
 The baseline s0 and the launches the cost is learned from all ran the objective class's
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,8 @@ _PRIOR_SIGMA = 0.5  # relative band of a prediction on the prior cost alone
 # the proposer's own share, scaled from its parameter count (this job's measured prediction
 # error, ``calibration``, is added on top of it).
 _VERIFY_SIGMA = 0.2
+# Added when a model proposer's share is scaled from another launched model proposer's.
+_SCALE_SIGMA = 0.1
 
 
 @dataclass(frozen=True)
@@ -173,12 +179,15 @@ def step_costs(
     s0 = step_ms(baseline) if baseline is not None else None
     extra: dict[str, list[tuple[int, float]]] = {}
     verify: list[float] = []
+    models: list[tuple[dict[str, Any], float]] = []  # (a launched model proposer, e / k)
     if s0:
         for p, pt in launched:
             if (s := step_ms(pt)) is not None and pt.depth > 0:
                 e = s / s0 - 1.0
                 extra.setdefault(p["method"], []).append((pt.depth, e))
                 verify.append(max(0.0, e / pt.depth - proposer_share(space, p, sizes)))
+                if p["method"] != "ngram":
+                    models.append((p, e / pt.depth))
     own = extra.get(c["method"], [])
     if len({d for d, _ in own}) >= 2:
         n = len(own)
@@ -190,10 +199,50 @@ def step_costs(
         d, e = max(own)
         e = max(0.0, e)
         return StepCost(e / 2, e / (2 * d), 0.25, "its method's one launched depth, split")
-    per = (min(verify) if verify else _VERIFY_PER_TOKEN) + proposer_share(space, c, sizes)
+    v = min(verify) if verify else _VERIFY_PER_TOKEN
+    share = proposer_share(space, c, sizes)
+    scaled = _scaled_share(space, c, models, v, sizes)
+    if scaled is not None:
+        mult, band, n = scaled
+        return StepCost(
+            0.0,
+            v + share * mult,
+            band,
+            f"verify cost from other methods' launches, its own share scaled by parameters "
+            f"from {n} launched model proposer{'s' if n > 1 else ''} (x{mult:.2f} its size)",
+        )
     if verify:
-        return StepCost(0.0, per, _VERIFY_SIGMA, "verify cost from other methods' launches")
-    return StepCost(0.0, per, _PRIOR_SIGMA, "prior")
+        return StepCost(0.0, v + share, _VERIFY_SIGMA, "verify cost from other methods' launches")
+    return StepCost(0.0, v + share, _PRIOR_SIGMA, "prior")
+
+
+def _scaled_share(
+    space: SearchSpace,
+    c: dict[str, Any],
+    models: Sequence[tuple[dict[str, Any], float]],
+    verify: float,
+    sizes: Mapping[str, float] | None,
+) -> tuple[float, float, int] | None:
+    """(multiplier, band, launches) for a model proposer's own share of a step, from the
+    launched model proposers: each says what its forwards cost over what its size alone
+    predicts (``(e / k - verify) / size share``: a small model's per-forward overhead, which
+    size alone ignores). The median multiplier (its method's own launches first) scales
+    ``c``'s size share; the band is the verify band, plus the multipliers' own spread in log
+    space, at least ``_SCALE_SIGMA`` (one other proposer says little of a second's)."""
+    if c["method"] == "ngram":
+        return None
+    mults: dict[str, list[float]] = {}
+    for p, per in models:
+        share = proposer_share(space, p, sizes)
+        if share > 0 and per > verify:
+            mults.setdefault(p["method"], []).append((per - verify) / share)
+    pool = mults.get(c["method"]) or [m for ms in mults.values() for m in ms]
+    if not pool:
+        return None
+    logs = [math.log(m) for m in pool]
+    mid = statistics.median(logs)
+    sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return math.exp(mid), _VERIFY_SIGMA + max(_SCALE_SIGMA, sd), len(pool)
 
 
 def proposer_share(
@@ -261,7 +310,7 @@ def offline_predictions(
         for r in rows
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
-    cal = calibration(rows, metric, level)
+    cal = calibration(rows, metric, level, "offline")
     out = []
     for fk, members in lay.families.items():
         if fk not in prices.by_proposer:

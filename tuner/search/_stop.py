@@ -12,7 +12,9 @@ configuration of the objective class it has not launched:
 - against the winner's lower bound: the low end (high end for a metric to minimize) of the 95 %
   interval of the winner's *expected* value, ``exp(mean - t * s / sqrt(n))`` over its launches
   with the job's between-launch spread, or its repeats' interval before anything was launched
-  twice.
+  twice; plus ``stop_margin`` (3 %) of the winner's value: a smaller gain is practically the
+  winner's, and with many near ties (n-gram lookups a few % apart) every band would reach the
+  bare bound, so nothing would ever stop the search short of its cap.
 
 A configuration whose optimism cannot reach that bound cannot win, and is not launched. A
 proposer nothing can price yet (not priced offline, never launched: an unpriced method, a
@@ -36,11 +38,14 @@ from tuner.search._depth import Prediction
 from tuner.search._guide import depth_predictions
 from tuner.search._layout import Layout, config_key, family_key
 from tuner.search._offline import offline_predictions, proposer_name
+from tuner.search._predicted import PredictedPoint
 from tuner.space import SearchSpace
 from tuner.stats import t975
 from tuner.storage import TrialState
 
 __all__ = ["Candidate", "Outlook", "outlook", "winner_bound"]
+
+_LISTED = 6  # proposers named in a stop reason; the rest counted
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class Candidate:
     predicted: float | None  # central prediction of the first objective
     optimistic: float | None  # the good end of the prediction's band
     how: str  # "offline", "depth model", or why it cannot be priced yet
+    note: dict[str, Any] | None = None  # the prediction as a trial stores it (``predicted``)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,9 @@ class Outlook:
     hopeful: tuple[Candidate, ...]  # their optimism reaches the bound
     unknown: tuple[Candidate, ...]  # nothing prices them without a launch
     top: float | None = None  # the best optimistic value of any priced configuration
+    # Proposers priced and never launched: (name, best optimistic value; None: even that
+    # breaks the SLO), so a user reads which were not launched and why.
+    unlaunched: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def can_win(self) -> bool:
@@ -96,6 +105,18 @@ class Outlook:
             c.predicted is not None and self.beats(c.predicted, value) for c in self.hopeful
         )
 
+    def _not_launched(self) -> str:
+        """The proposers priced and never launched, each with its best optimistic value."""
+        if not self.unlaunched:
+            return ""
+        cells = [
+            f"{name} at best {_num(v)}" if v is not None else f"{name} breaks the SLO"
+            for name, v in self.unlaunched[:_LISTED]
+        ]
+        more = len(self.unlaunched) - _LISTED
+        tail = f" and {more} more" if more > 0 else ""
+        return f"; priced and not launched: {', '.join(cells)}{tail}"
+
     def reason(self) -> str:
         """One sentence with numbers: why the search is over, or what can still win."""
         if self.winner is None:
@@ -107,7 +128,7 @@ class Outlook:
             return (
                 f"nothing left can win: {self.priced} configurations priced, best optimistic "
                 f"{self.metric} {_num(self.top)} {'<' if self.maximize else '>'} {bound} "
-                f"(trial {self.winner}, {self.bound_how})"
+                f"(trial {self.winner}, {self.bound_how})" + self._not_launched()
             )
         parts = []
         if self.hopeful:
@@ -173,20 +194,36 @@ def outlook(
     metric, maximize = o.metric, o.resolved_direction == "maximize"
     limits = space.slo.limits()
     lay = Layout.of(space, rows, memory_for, grid)
+    level = (space.primary_workload, space.primary_concurrency)
     got = winner_bound(rep, metric, maximize)
     bound, how = got if got is not None else (None, "")
+    if bound is not None and rep.winner is not None and space.stop_margin > 0:
+        # A gain below the margin is practically the winner's: not worth a launch.
+        gain = space.stop_margin * abs(float(rep.winner.metrics[metric]))
+        bound = bound + gain if maximize else bound - gain
+        how += f", {'+' if maximize else '-'}{100 * space.stop_margin:g} % of its value"
     winner = rep.winner.trial_number if got is not None and rep.winner is not None else None
 
     seen: set[str] = set()
     cands: list[Candidate] = []
+
+    fam_best: dict[str, float | None] = {}  # proposers never launched: best optimism
 
     def add(c: dict[str, Any], pred: Prediction, hi: dict[str, float], src: str) -> None:
         key = config_key(c)
         if key in seen or key in lay.taken or metric not in pred.metrics or metric not in hi:
             return
         seen.add(key)
+        fk = family_key(c)
+        if fk not in lay.started:
+            fam_best.setdefault(fk, None)
+            if feasible(hi, limits)[0]:
+                old = fam_best[fk]
+                v = float(hi[metric])
+                fam_best[fk] = v if old is None or (v > old) == maximize else old
         if feasible(hi, limits)[0]:  # even its optimism breaks the SLO: it cannot win
-            cands.append(Candidate(c, float(pred.metrics[metric]), float(hi[metric]), src))
+            note = PredictedPoint.of(c, pred, level).note(metric)
+            cands.append(Candidate(c, float(pred.metrics[metric]), float(hi[metric]), src, note))
 
     modelled = depth_predictions(space, rows, lay)
     for c, pred in modelled:
@@ -214,7 +251,18 @@ def outlook(
     )
     values = [float(c.optimistic) for c in cands if c.optimistic is not None]
     top = (max if maximize else min)(values) if values else None
-    return Outlook(metric, maximize, winner, bound, how, priced, hopeful, tuple(unknown), top)
+    unlaunched = tuple(
+        (
+            proposer_name(
+                {k: v for k, v in lay.families[fk][0].items() if k != "num_speculative_tokens"}
+            ),
+            v,
+        )
+        for fk, v in fam_best.items()
+    )
+    return Outlook(
+        metric, maximize, winner, bound, how, priced, hopeful, tuple(unknown), top, unlaunched
+    )
 
 
 def _reaches(c: Candidate, bound: float, maximize: bool) -> bool:

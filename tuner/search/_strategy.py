@@ -281,7 +281,7 @@ def _within(prop: Proposal | None, look: Outlook) -> Proposal | None:
             f"can still win: optimistic {look.metric} {best.optimistic:.4g} ({best.how}) "
             f"against the winner's bound {look.bound:.4g}"
         )
-        return Proposal(dict(best.params), "guide: can win", why)
+        return Proposal(dict(best.params), "guide: can win", why, best.note)
     if look.unknown:
         c = look.unknown[0]
         return Proposal(dict(c.params), "guide: scan", f"nothing prices it yet: {c.how}")

@@ -220,6 +220,12 @@ class SearchSpace(StrictModel):
         "the budget, launching the configurations predicted best even when they cannot win "
         "(to measure what the job would otherwise only price).",
     )
+    stop_margin: Annotated[float, Field(ge=0, le=0.5)] = Field(
+        0.03,
+        description="guided search: a configuration not launched must be able to beat the "
+        "winner's lower bound by more than this share of the winner's value to be launched "
+        "(a smaller gain is practically the winner's); 0: any gain.",
+    )
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="Optuna's sampler seed (0 to 2**32-1)"
     )

@@ -1,0 +1,104 @@
+"""The step-cost model of a proposer not launched yet (``tuner.search._offline``): a model
+proposer's own share is its size scaled by what launched model proposers cost over their
+size, and the job's calibration counts only errors of the model that is predicting."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.search.chain_surface import SPACE
+from tuner.search import DepthPoint, step_costs
+from tuner.search._layout import calibration, family_key, prediction_source
+from tuner.space import loads_space
+from tuner.storage import TrialState
+
+NGRAM = {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+DRAFT = {"method": "draft_model", "draft": "draft-a"}
+HEAD = {"method": "eagle", "head": "head"}
+
+
+def _pt(trial: int, k: int, step: float) -> DepthPoint:
+    return DepthPoint(trial, k, {"mean_itl_ms": step, "output_tok_per_s": 100.0})
+
+
+@pytest.fixture
+def space(tmp_path):
+    return loads_space(SPACE, base_dir=tmp_path)
+
+
+def _sizes(**share: float) -> dict[str, float]:
+    return {family_key(p): v for p, v in ((DRAFT, share["draft"]), (HEAD, share["head"]))}
+
+
+def test_a_launched_draft_scales_an_unlaunched_heads_share_by_size(space):
+    """Baseline step 10 ms; n-gram at k=4 costs 12 ms (verify 0.05 a token); the draft
+    (size share 0.1) at k=4 costs 18 ms: 0.2 a token, 0.15 of it its own, 1.5x its size.
+    The head (size share 0.02) is then priced at 0.05 + 0.02 x 1.5 a token, not 0.07."""
+    sizes = _sizes(draft=0.1, head=0.02)
+    launched = [({**NGRAM}, _pt(1, 4, 12.0)), ({**DRAFT}, _pt(2, 4, 18.0))]
+    cost = step_costs(space, launched, _pt(0, 0, 10.0), {**HEAD}, sizes)
+    assert cost.per_token == pytest.approx(0.05 + 0.02 * 1.5)
+    assert cost.fixed == 0.0
+    assert cost.rel_sigma == pytest.approx(0.3)  # verify band + one other proposer's
+    assert "scaled by parameters from 1 launched model proposer (x1.50" in cost.how
+
+
+def test_without_a_launched_model_the_size_share_is_used_as_is(space):
+    sizes = _sizes(draft=0.1, head=0.02)
+    cost = step_costs(space, [({**NGRAM}, _pt(1, 4, 12.0))], _pt(0, 0, 10.0), {**HEAD}, sizes)
+    assert cost.per_token == pytest.approx(0.05 + 0.02)
+    assert cost.how == "verify cost from other methods' launches"
+    assert cost.rel_sigma == pytest.approx(0.2)
+
+
+def test_several_launched_models_widen_the_band_by_their_spread(space):
+    """Two launched model proposers disagreeing (1.5x and 3x their size): the median
+    multiplier, and a band holding their spread in log space."""
+    other = {"method": "draft_model", "draft": "draft-b"}
+    sizes = {**_sizes(draft=0.1, head=0.02), family_key(other): 0.05}
+    launched = [
+        ({**NGRAM}, _pt(1, 4, 12.0)),
+        ({**DRAFT}, _pt(2, 4, 18.0)),  # (0.2 - 0.05) / 0.1 = 1.5
+        ({**other}, _pt(3, 2, 14.0)),  # (0.2 - 0.05) / 0.05 = 3.0
+    ]
+    cost = step_costs(space, launched, _pt(0, 0, 10.0), {**HEAD}, sizes)
+    mult = math.exp((math.log(1.5) + math.log(3.0)) / 2)
+    assert cost.per_token == pytest.approx(0.05 + 0.02 * mult)
+    sd = abs(math.log(3.0) - math.log(1.5)) / math.sqrt(2)
+    assert cost.rel_sigma == pytest.approx(0.2 + sd)
+
+
+def test_an_n_gram_lookup_has_no_share_to_scale(space):
+    sizes = _sizes(draft=0.1, head=0.02)
+    launched = [({**NGRAM}, _pt(1, 4, 12.0)), ({**DRAFT}, _pt(2, 4, 18.0))]
+    other = {**NGRAM, "prompt_lookup_min": 2}
+    cost = step_costs(space, launched[1:], _pt(0, 0, 10.0), other, sizes)
+    assert "scaled" not in cost.how
+
+
+class _Row:
+    def __init__(self, n: int, predicted: dict, measured: float) -> None:
+        self.number, self.state, self.search = n, TrialState.COMPLETE, {"predicted": predicted}
+        self.measurements = [
+            type("M", (), {"workload": "w", "concurrency": 4, "metrics": {"x": measured}})()
+        ]
+
+
+def _pred(value: float, notes: list[str]) -> dict:
+    return {"value": value, "notes": notes}
+
+
+def test_calibration_counts_only_the_predicting_models_errors():
+    """The prior's 50 % miss on the first launch does not widen what the fitted models
+    predict; the offline model's 10 % miss widens offline predictions only."""
+    prior = _pred(200.0, ["step cost: prior (fixed 0.00, 0.050 a token)"])
+    offline = _pred(100.0, ["step cost: verify cost from other methods' launches (...)"])
+    depth = _pred(100.0, ["tau from the per-position acceptance of trial 3 (k=6)"])
+    assert [prediction_source(p) for p in (prior, offline, depth)] == [None, "offline", "depth"]
+    rows = [_Row(1, prior, 100.0), _Row(2, offline, 110.0), _Row(3, depth, 101.0)]
+    level = ("w", 4)
+    assert calibration(rows, "x", level, "offline") == pytest.approx(0.1)
+    assert calibration(rows, "x", level, "depth") == pytest.approx(0.01)
+    assert calibration(rows, "x", level) == pytest.approx(0.1)  # all three: the median
