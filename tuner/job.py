@@ -120,6 +120,7 @@ def _run_trials(
                 continue
             return None
         rep = job_report(store, job_id)
+        strategy.keep_prices()
         # Enqueued trials (start points, warm starts, a recorded grid) were asked for: they
         # run before the outlook may close the search.
         queued = bool(study.get_trials(deepcopy=False, states=waiting))

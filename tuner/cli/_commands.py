@@ -154,7 +154,7 @@ def _print_report(store: Store, job_id: int, rep: Report) -> None:
     if reason := store.job(job_id).stop_reason:
         print(f"\nWhy the job stopped: {reason}")
     recs = store.trial_records(job_id)
-    if text := offline_text(recs):
+    if text := offline_text(recs, store.job(job_id).offline_prices):
         print()
         print(text)
     if text := search_text(recs):

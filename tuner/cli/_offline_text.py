@@ -1,6 +1,7 @@
-"""The report's offline-pricing section: each launched proposer's acceptance as priced on
-the baseline's greedy outputs before its launch, beside what the engine's counters then
-measured, with the error; the proposers the guide did not launch, and why.
+"""The report's offline-pricing section: every proposer the job priced on the baseline's
+greedy outputs (launched or not: the prices are kept with the job), each launched one's
+acceptance as priced before its launch beside what the engine's counters then measured, with
+the error; the proposers the guide did not launch, and why.
 
 Why apart from the depth model's section: these predict acceptance (a count), not speed,
 and are checked position by position; a prediction never reads as a measurement.
@@ -8,8 +9,12 @@ and are checked position by position; a prediction never reads as a measurement.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from tuner.cli._render import table
 from tuner.methods import params_text
+from tuner.search import family_key
 from tuner.storage import TrialRecord
 
 __all__ = ["offline_text"]
@@ -19,8 +24,50 @@ def _cells(xs: list[float] | None) -> str:
     return "-" if not xs else " ".join(f"{x:.3f}" for x in xs)
 
 
-def offline_text(recs: list[TrialRecord]) -> str:
+def priced_text(recs: list[TrialRecord], prices: dict[str, Any] | None) -> str:
+    """Every proposer priced, at its deepest priced depth, and which trials launched it;
+    then the unpriced ones with the reason. Empty without stored prices."""
+    if not prices or not (prices.get("by_proposer") or prices.get("unpriced")):
+        return ""
+    launched: dict[str, list[str]] = {}
+    for r in recs:
+        if r.params.get("method") not in (None, "none") and r.reused_from is None:
+            launched.setdefault(family_key(r.params), []).append(str(r.number))
+    rows = []
+    for fk, depths in (prices.get("by_proposer") or {}).items():
+        if not depths:
+            continue
+        k = max(int(d) for d in depths)
+        pp = [float(x) for x in depths[str(k)]["per_position_acceptance"]]
+        trials = launched.get(fk)
+        rows.append(
+            [
+                params_text({**json.loads(fk), "num_speculative_tokens": k}),
+                _cells(pp),
+                f"{1 + sum(pp):.2f}",
+                f"trials {', '.join(trials)}" if trials else "not launched",
+            ]
+        )
+    out = [
+        f"Offline prices (every proposer, priced on {prices.get('basis') or 'the baseline'}"
+        f" in {float(prices.get('seconds') or 0):.0f} s; predictions, not measurements):"
+    ]
+    if rows:
+        out.append(table(rows, ["proposer", "acceptance by position", "tau", "launched"]))
+    for fk, why in (prices.get("unpriced") or {}).items():
+        name = " ".join(f"{k}={v}" for k, v in json.loads(fk).items())
+        out.append(f"unpriced: {name}: {why}")
+    return "\n".join(out)
+
+
+def offline_text(recs: list[TrialRecord], prices: dict[str, Any] | None = None) -> str:
     """Empty for a job that priced nothing offline."""
+    head = priced_text(recs, prices)
+    body = _launched_text(recs)
+    return "\n\n".join(t for t in (head, body) if t)
+
+
+def _launched_text(recs: list[TrialRecord]) -> str:
     rows, errs, unpriced, skipped = [], [], {}, []
     for r in recs:
         note = (r.search or {}).get("offline") or {}

@@ -58,6 +58,7 @@ class SearchStrategy:
         self.trials = JobTrials(self.store, self.job_id, self.space, lambda: self.need_tokens)
         self._prices: OfflinePrices | None = None
         self._deepest: dict[str, dict[str, Any]] = {}
+        self._stored: OfflinePrices | None = None  # the prices last kept with the job
 
     @functools.cached_property
     def need_tokens(self) -> int | None:
@@ -153,6 +154,15 @@ class SearchStrategy:
                 if more is not None:
                     self._prices = self._prices.merged(more)
         return self._prices
+
+    def keep_prices(self) -> None:
+        """Keep the offline prices with the job when they changed (the job's owner calls
+        this; a reader's strategy never writes): the report shows every proposer's price,
+        launched or not."""
+        prices = self.prices()
+        if prices is not None and prices is not self._stored:
+            self.store.set_offline_prices(self.job_id, prices.to_json())
+            self._stored = prices
 
     def offline_for(self, params: dict[str, Any]) -> dict[str, Any] | None:
         """The offline acceptance of a configuration about to launch, as stored beside it

@@ -72,6 +72,9 @@ class JobModel(Base):
     # Why the search stopped (v0.9.0.a): set when it closes -- no worker takes another trial
     # slot then -- and completed with the confirmation's outcome when the job ends.
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The offline prices the guided search used (v0.9.0.a; ``OfflinePrices.to_json``):
+    # predictions, shown for every proposer, launched or not.
+    offline_prices: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="TrialModel.number"

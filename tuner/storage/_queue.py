@@ -174,6 +174,17 @@ class QueueQueries:
             )
 
     @retry_db
+    def set_offline_prices(self, job_id: int, prices: dict[str, Any]) -> None:
+        """Keep the offline prices the search used (``OfflinePrices.to_json``)."""
+        with self.session() as s:
+            s.execute(
+                update(JobModel)
+                .where(JobModel.job_id == job_id)
+                .values(offline_prices=prices)
+                .execution_options(synchronize_session=False)
+            )
+
+    @retry_db
     def refund_trial_slot(self, job_id: int) -> None:
         """Give back a slot whose trial will run again (a retry of a lost trial)."""
         with self.session() as s:
