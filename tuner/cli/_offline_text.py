@@ -104,6 +104,6 @@ def _launched_text(recs: list[TrialRecord]) -> str:
             out.append(f"largest error {max(errs):.3f} over {len(errs)} launched proposers")
     for why, numbers in unpriced.items():
         out.append(f"trials {', '.join(numbers)}: {why}")
-    for number, why in skipped:
+    for number, why in dict.fromkeys(skipped):  # members of one class read the same: once
         out.append(f"not launched (decided before trial {number}): {why}")
     return "\n".join(out)
