@@ -36,6 +36,7 @@ from typing import Any, Literal
 from tuner.stats import STAT_METRICS, t975
 
 __all__ = [
+    "noise_reason",
     "BETWEEN",
     "LAUNCH_METRICS",
     "WITHIN",
@@ -303,3 +304,12 @@ def level_spreads(
         got = {n: pooled_spread(spread_values(m, n) for m in pts) for n in names}
         out[c] = {n: sp for n, sp in got.items() if sp is not None}
     return out
+
+
+def noise_reason(m: dict[str, Any]) -> str:
+    """Why a point is flagged noisy: its repeats disagreed, or other processes took the
+    host's CPU while they ran (``measurement.max_host_load``)."""
+    if m.get("host_disturbed"):
+        share = float(m.get("host_other_cpu_share") or 0)
+        return f"noisy: other processes used {share:.0%} of the host's CPU"
+    return f"noisy: relative MAD {m.get('relative_mad', 0):.0%}"

@@ -24,6 +24,7 @@ from tuner.launches import (
     launch_interval,
     launch_values,
     level_spreads,
+    noise_reason,
     ratio_interval,
 )
 from tuner.space import GREEDY, SearchSpace
@@ -100,7 +101,7 @@ def feasible(
     if metrics.get("num_failed", 0):
         bad.append(f"{metrics['num_failed']} failed requests")
     if metrics.get("noisy") and noise_counts:
-        bad.append(f"noisy: relative MAD {metrics.get('relative_mad', 0):.0%}")
+        bad.append(noise_reason(metrics))
     if (
         lossless_match_rate is not None
         and min_match_rate is not None

@@ -52,6 +52,14 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
     )
     trial_events = [e for e in events if e.state != "confirmed"]
     confirmed = [e for e in events if e.state == "confirmed"]
+    # every point says how much of the host's CPU other processes took while it was measured
+    shares = [
+        m.metrics["host_other_cpu_share"]
+        for r in Store(db_url).trials(job_id)
+        if r.reused_from is None
+        for m in r.measurements
+    ]
+    assert shares and all(0.0 <= s <= 1.0 for s in shares), shares
     # 8 is a cap: the job stops when nothing left can win, and says why
     n = len(trial_events)
     assert 3 <= n <= 8

@@ -289,6 +289,26 @@ class ServerProcess(abc.ABC):
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the engine's process tree has used so far: what the
+        measurement subtracts from the host's busy time to see other load (None: stopped)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            root = psutil.Process(proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def log_tail(self, max_bytes: int = 6000) -> str:
         return _tail(self.log_path, max_bytes)
 

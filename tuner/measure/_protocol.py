@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from tuner.loadgen import LoadError, measure
 from tuner.measure._control import Pruned, TrialFailed
 from tuner.measure._distribution import Samples, sample_seed
+from tuner.measure._host import HostLoad
 from tuner.measure._measured import Measured
 from tuner.metrics import Measurement
 from tuner.space import SearchSpace, WorkloadSpec
@@ -194,6 +195,7 @@ def measure_point(
     warm = warm_up(server, space, wl, prompts, level)
     turns = sum(p.turns for p in prompts) / len(prompts) if prompts else 1.0
     passes = repeat_passes(space, wl, level, warm["rate_req_per_s"], turns)
+    host = HostLoad(getattr(server, "cpu_s", None))
     while True:
         runs: list[Measurement] = []
         resets = 0
@@ -226,6 +228,11 @@ def measure_point(
         remeasured += 1
     agg["relative_mad"] = noise
     agg["noisy"] = noise > ms.max_relative_mad
+    share = host.other_share()
+    if share is not None:
+        agg["host_other_cpu_share"] = round(share, 4)
+        if ms.max_host_load is not None and share > ms.max_host_load:
+            agg["noisy"] = agg["host_disturbed"] = True
     agg["prefix_cache_resets"] = resets
     agg["warmup_windows"] = warm["warmup_windows"]
     agg["warmup_capped"] = warm["warmup_capped"]

@@ -90,6 +90,14 @@ class MeasurementSpec(StrictModel):
         "reached (never fewer requests than the workload's num_prompts); None: num_prompts "
         "requests per repeat.",
     )
+    max_host_load: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="Share of the machine's CPU other processes (not the engine, not the "
+        "load generator; steal time included) may use while a point's repeats run; above it "
+        "the launch is flagged as disturbed (noisy), kept out of the between-launch spread "
+        "and launched again by the confirmation. None: measured and stored "
+        "(host_other_cpu_share), never judged.",
+    )
     reset_prefix_cache: bool = True
     prune: bool = Field(
         True,
