@@ -10,6 +10,7 @@ import pytest
 
 from tests.search.chain_surface import SPACE
 from tuner.search import DepthPoint, step_costs
+from tuner.search._depth import Calibration
 from tuner.search._layout import calibration, family_key, prediction_source
 from tuner.space import loads_space
 from tuner.storage import TrialState
@@ -99,6 +100,16 @@ def test_calibration_counts_only_the_predicting_models_errors():
     assert [prediction_source(p) for p in (prior, offline, depth)] == [None, "offline", "depth"]
     rows = [_Row(1, prior, 100.0), _Row(2, offline, 110.0), _Row(3, depth, 101.0)]
     level = ("w", 4)
-    assert calibration(rows, "x", level, "offline") == pytest.approx(0.1)
-    assert calibration(rows, "x", level, "depth") == pytest.approx(0.01)
-    assert calibration(rows, "x", level) == pytest.approx(0.1)  # all three: the median
+    assert calibration(rows, "x", level, "offline").median == pytest.approx(0.1)
+    assert calibration(rows, "x", level, "depth").median == pytest.approx(0.01)
+    assert calibration(rows, "x", level).median == pytest.approx(0.1)  # all three: the median
+    assert calibration(rows, "x", level).n == 3
+
+
+def test_enough_measured_errors_replace_the_a_priori_band():
+    """Fewer than three errors widen the model's band by their median; three or more are
+    the band (median / 0.6745), never below half the model's own."""
+    assert Calibration(0.08, 2).band(0.2) == pytest.approx(0.28)
+    assert Calibration(0.08, 3).band(0.2) == pytest.approx(0.08 / 0.6745)
+    assert Calibration(0.01, 5).band(0.2) == pytest.approx(0.1)
+    assert Calibration().band(0.2) == pytest.approx(0.2)

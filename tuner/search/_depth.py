@@ -124,13 +124,40 @@ def _rel_ci(m: dict[str, Any], metric: str) -> float:
     return abs(hi - lo) / 2.0 / abs(float(v))
 
 
+# Measured errors of one model before its own error scale replaces its a-priori band.
+_EMPIRICAL = 3
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What this job measured of one prediction model's errors: the median relative error
+    of its earlier predictions against their launches, and how many there were."""
+
+    median: float = 0.0
+    n: int = 0
+
+    def band(self, model: float) -> float:
+        """A new prediction's band, given the model's own (a priori) ``model`` band. With
+        at least ``_EMPIRICAL`` measured errors the band is their scale (median / 0.6745: a
+        normal error's sigma), never below half the model's: the a-priori band and the
+        measured error describe the same error, so adding them would count it twice.
+        Before that, the model's band widened by the median error seen."""
+        if self.n >= _EMPIRICAL:
+            return max(model / 2.0, self.median / 0.6745)
+        return model + self.median
+
+
+def _banded(model: float, cal: Calibration | float) -> float:
+    return cal.band(model) if isinstance(cal, Calibration) else model + cal
+
+
 def predict_depth(
     k: int,
     launched: Sequence[DepthPoint],
     baseline: DepthPoint | None,
     objective: str,
     *,
-    calibration: float = 0.0,
+    calibration: Calibration | float = 0.0,
     fixed_share: float | None = None,
 ) -> Prediction | None:
     """The metrics of depth ``k`` at one level from the launched depths of the same
@@ -179,7 +206,7 @@ def predict_depth(
         return None
     if not out:
         return None
-    sigma = _rel_ci(anchor.metrics, objective) + spread + calibration
+    sigma = _banded(_rel_ci(anchor.metrics, objective) + spread, calibration)
     basis = sorted({p.trial for p in spec} | ({baseline.trial} if baseline else set()))
     notes = (
         f"tau from the per-position acceptance of trial {acc.trial} (k={acc.depth})",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.candidates import grid_configs
-from tuner.search._depth import DepthPoint
+from tuner.search._depth import Calibration, DepthPoint
 from tuner.space import SearchSpace, running_batch
 from tuner.storage import TrialState, search_launch
 
@@ -76,7 +76,7 @@ def prediction_source(predicted: dict[str, Any]) -> str | None:
 
 def calibration(
     rows: Iterable[Any], metric: str, level: tuple[str, int], source: str | None = None
-) -> float:
+) -> Calibration:
     """The median relative error of this job's earlier predictions of ``metric`` (only
     those ``source`` made, when given). Why by source: a prior's error says nothing of a
     model fitted on launches, nor the offline model's of the depth model's."""
@@ -90,7 +90,7 @@ def calibration(
         m = search_launch(m) if m else None
         if pred and m and m.get(metric):
             errs.append(abs(float(m[metric]) - pred) / abs(pred))
-    return min(0.5, statistics.median(errs)) if errs else 0.0
+    return Calibration(min(0.5, statistics.median(errs)), len(errs)) if errs else Calibration()
 
 
 def baseline_for(

@@ -32,7 +32,13 @@ from typing import Any
 
 from tuner.hub import local_view
 from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices, TokenSequence, price_proposers
-from tuner.search._depth import DepthPoint, Prediction, predict_from_baseline, step_ms
+from tuner.search._depth import (
+    Calibration,
+    DepthPoint,
+    Prediction,
+    predict_from_baseline,
+    step_ms,
+)
 from tuner.search._layout import (
     MEASURED,
     Layout,
@@ -264,7 +270,7 @@ def offline_prediction(
     baseline: DepthPoint,
     objective: str,
     cost: StepCost,
-    calibration: float = 0.0,
+    calibration: Calibration | float = 0.0,
     floor: float = 0.0,
 ) -> tuple[Prediction, Prediction] | None:
     """(prediction, optimistic prediction) of depth ``k`` from the baseline alone; the
@@ -280,7 +286,11 @@ def offline_prediction(
         *pred.notes,
         f"step cost: {cost.how} (fixed {cost.fixed:.2f}, {cost.per_token:.3f} a token)",
     )
-    sigma = pred.rel_sigma + calibration
+    sigma = (
+        calibration.band(pred.rel_sigma)
+        if isinstance(calibration, Calibration)
+        else (pred.rel_sigma + calibration)
+    )
     return Prediction(k, pred.metrics, sigma, pred.basis, pred.anchor, notes), best
 
 
