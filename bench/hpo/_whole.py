@@ -15,7 +15,9 @@ included, and the answer is scored by the surface's truth (``Truth``).
   a launch); the store's ``engine_launches``/``confirm_launches`` are reported beside.
 - relaunch model: each launch of a configuration, a relaunch included, answers with ONE
   recorded repeat drawn anew (``draw_index`` of its n-th launch in the seed; with
-  replacement), so a relaunch draws a new launch median from the recorded repeats. Every
+  replacement, so with 3 repeats a relaunch repeats the same numbers one time in three),
+  so a relaunch draws a new launch median from the recorded repeats: the replay's own
+  drawing engine (``bench.hpo._strategies._drawing_engine``), reused as it is. Every
   configuration on the repository's surfaces has 3 recorded repeats (the simulated ones a
   spread taken from tiny-cpu's 252 repeats), so no extra launch-noise model is needed; a
   configuration with a single recorded repeat would give a relaunch the same numbers (the
@@ -33,6 +35,13 @@ included, and the answer is scored by the surface's truth (``Truth``).
   runner-up to two, re-ranked after each launch on the geometric mean of its launches (the
   product's ``merge_launch``), at most ``confirm_budget`` launches; a configuration is
   feasible when at least half of its launches were.
+- scores per seed: the answer is the report's winner after confirmation (``job_report``'s
+  ``winner``; for a baseline, the rule's ranking), a success as ``Truth`` says, whether or
+  not it got its second launch (``answer_confirmed_rate`` says how often it did: the
+  product's confirmation budget is shared with the launches it confirms mid-search, so a
+  winner found late may end unconfirmed). ``confirmed_launches``: the launches to that
+  answer where it is a success, else never (inf; null medians in the JSON);
+  ``job_launches_median`` (SpecTune): every seed's launches, right answer or not.
 - Wilcoxon (exact, two-sided): SpecTune's whole-job launches where its answer is a success,
   else the cap ``budget + confirm_budget + 1``, against the baseline's oracle-stopped
   launches (capped); ``paired_launch_difference_vs_<other>_median`` says which side wins
@@ -275,7 +284,7 @@ def run_whole(
         if "spectune" in runs_by and other in runs_by:
             x = [min(r.launches, cap) for r in runs_by["spectune"]]
             y = [min(r.launches, cap) for r in runs_by[other]]
-            wil[other] = round(wilcoxon_signed_rank(x, y), 6)
+            wil[other] = float(f"{wilcoxon_signed_rank(x, y):.3g}")  # 3 significant digits
             # The test is two-sided: the sign says which side (> 0: SpecTune needs more).
             diff = median([a - b for a, b in zip(x, y, strict=True)])
             out["spectune"][f"paired_launch_difference_vs_{other}_median"] = _num(diff)
