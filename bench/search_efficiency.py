@@ -31,6 +31,13 @@ the same trials as ``tpe`` under Optuna 5, whose default is multivariate for one
 ``gp`` (Optuna GPSampler), ``random`` (Optuna RandomSampler), ``random_analytic`` (uniform
 sampling without replacement with a noise-free oracle: closed form) and ``grid`` (the sweep in
 canonical order). The last line printed is one JSON object.
+
+``--whole-job`` replays complete jobs (``bench/hpo/_whole.py`` says how): SpecTune's job stops
+by itself and confirms its winner (``confirm_top`` 2, ``confirm_budget`` 4, the product
+defaults), every launch counted; the baselines, which have no stop rule, get an oracle stop
+under the same confirmation rule. The JSON gains ``strategies.<name>.confirmed_launches_median``,
+``confirmed_success_rate`` (and more) and ``whole_job`` (the rules, the whole-job Wilcoxon
+p); today's fields then come from the same runs (SpecTune's log ends at its own stop).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from bench.hpo._plot import anytime_plot  # noqa: E402
 from bench.hpo._protocol import Trace, Truth, analytic_random  # noqa: E402
 from bench.hpo._stats import bootstrap_median_ci, median, wilcoxon_signed_rank  # noqa: E402
 from bench.hpo._strategies import run_grid, run_optuna, run_spectune  # noqa: E402
+from bench.hpo._whole import CONFIRM_BUDGET, CONFIRM_TOP, run_whole  # noqa: E402
 from tuner.surface import config_key, read_surface  # noqa: E402
 
 ALL = [
@@ -127,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--plot", type=Path, default=None, help="default docs/search-anytime-<surface>.png"
     )
+    ap.add_argument(
+        "--whole-job",
+        action="store_true",
+        help="replay complete jobs: SpecTune's own stop rule and confirmation launches, the "
+        "baselines under the same confirmation rule (bench/hpo/_whole.py)",
+    )
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     logging.getLogger("tuner").setLevel(logging.ERROR)
@@ -155,7 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     lts_by: dict[str, list[float]] = {}
     curves: dict[str, list[list[float]]] = {}
     t_all = time.monotonic()
+    whole: dict[str, dict[str, Any]] = {}
+    wil_whole: dict[str, float | None] = {}
+    whole_traces: dict[str, list[Trace]] = {}
+    if args.whole_job:
+        whole, whole_traces, wil_whole = run_whole(
+            truth, names, args.seeds, budget, args.gp_budget
+        )
     for name in names:
+        if args.whole_job and name in whole_traces:
+            traces = whole_traces[name]  # today's fields from the same whole-job runs
+            results[name] = summarize(traces, budget) | whole[name]
+            lts_by[name] = [t.launches_to_success() for t in traces]
+            curves[name] = [t.regret for t in traces]
+            continue
         if name == "random_analytic":
             continue
         t0 = time.monotonic()
@@ -219,6 +246,24 @@ def main(argv: list[str] | None = None) -> int:
             plot,
         )
         print(f"anytime plot: {plot}")
+    if args.whole_job:
+        print(
+            f"\nwhole job (confirm_top {CONFIRM_TOP}, confirm_budget {CONFIRM_BUDGET}): "
+            f"{'strategy':<16} {'launches to confirmed success':>30} {'success':>8}"
+        )
+        for name, r in whole.items():
+            med = r["confirmed_launches_median"]
+            print(
+                f"{name:<16} {'-' if med is None else f'{med:g}':>30} "
+                f"{r['confirmed_success_rate']:>8.2f}  ({r['stop']})"
+            )
+        d = whole.get("spectune", {})
+        print(
+            f"Wilcoxon (whole job) vs tpe p={wil_whole['tpe']}, vs random "
+            f"p={wil_whole['random']}; median paired difference (spectune - other, > 0: "
+            f"spectune needs more): tpe {d.get('paired_launch_difference_vs_tpe_median')}, "
+            f"random {d.get('paired_launch_difference_vs_random_median')}"
+        )
     best_cfg = next(c for c in truth.grid if config_key(c) == truth.best_key)
     print(f"best configuration: {best_cfg}")
     final = {
@@ -230,6 +275,17 @@ def main(argv: list[str] | None = None) -> int:
         "strategies": results,
         "wilcoxon_p": wil,
     }
+    if args.whole_job:
+        final["whole_job"] = {
+            "confirm_top": CONFIRM_TOP,
+            "confirm_budget": CONFIRM_BUDGET,
+            "spectune": "run_job with its own stop rule (trials = budget as a cap) and its "
+            "confirmation launches; launches = search launches + confirmation launches",
+            "baselines": "oracle stop: fewest search launches n + the same confirmation rule's "
+            "launches whose confirmed answer is a success (bench/hpo/_whole.py)",
+            "relaunch": "a new draw among the configuration's recorded repeats",
+            "wilcoxon_p": wil_whole,
+        }
     print(json.dumps(final))
     return 0
 

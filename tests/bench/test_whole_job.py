@@ -1,0 +1,59 @@
+"""bench/search_efficiency.py --whole-job on the recorded tiny-cpu surface: the complete job
+(own stop rule + confirmation launches) is replayed and every launch is counted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.hpo._protocol import Observation, Truth
+from bench.hpo._whole import CONFIRM_BUDGET, confirm_like_product
+from tuner.surface import config_key, read_surface
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "bench" / "surfaces" / "tiny-cpu.jsonl"
+
+
+@pytest.fixture(scope="module")
+def truth() -> Truth:
+    return Truth(read_surface(TINY))
+
+
+def test_whole_job_counts_confirmation_launches(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    sys.modules.pop("search_efficiency", None)
+    import search_efficiency
+
+    argv = ["--surface", str(TINY), "--whole-job", "--seeds", "2", "--budget", "20"]
+    argv += ["--strategies", "spectune,tpe,random", "--plot", str(tmp_path / "p.png")]
+    assert search_efficiency.main(argv) == 0
+    final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert final["budget_launches"] == 20 and final["whole_job"]["confirm_budget"] == 4
+    for row in final["strategies"].values():
+        assert {"launches_to_success_median", "success_rate"} <= set(row)  # today's fields
+        assert 0.0 <= row["confirmed_success_rate"] <= 1.0
+        med = row["confirmed_launches_median"]
+        assert med is None or med >= 2  # an answer needs a launch and a relaunch
+    spec = final["strategies"]["spectune"]
+    for seed in spec["per_seed"]:
+        # Confirmation launched (a replay confirms in whole-job mode), counted on top of the
+        # search launches; the store saw the same search launches (none failed here).
+        assert 1 <= seed["confirm"] <= CONFIRM_BUDGET
+        assert seed["launches"] == seed["search"] + seed["confirm"]
+        assert seed["store_engine_launches"] == seed["search"]
+        assert 2 <= seed["launches"] <= 20 + CONFIRM_BUDGET
+    assert set(final["whole_job"]["wilcoxon_p"]) == {"tpe", "random"}
+
+
+def test_the_baselines_confirmation_relaunches_with_new_draws(truth: Truth) -> None:
+    best = next(c for c in truth.grid if config_key(c) == truth.best_key)
+    pt = truth.surface.lookup(best)
+    _, v, ok, wall = truth.observe(pt, 0, 0)
+    answer, spent, confirmed = confirm_like_product(
+        truth, 0, [Observation(best, v, ok, True, wall)]
+    )
+    # The no-speculation baseline twice (never launched) and the answer once more.
+    assert spent == 3 and confirmed and config_key(answer) == truth.best_key
