@@ -38,6 +38,7 @@ NOT_SPEED = {
     "VLLM_CACHE_ROOT",
     "PYTHONUNBUFFERED",
     "VLLM_SERVER_DEV_MODE",
+    "SPECTUNE_VLLM_CPU_EXPAND_FIX",  # SpecTune's launches only: a correctness fix, not speed
 }
 # Launch-only flags: where this one server listens and what it calls the model.
 LAUNCH_ONLY = {"--host", "--port", "--served-model-name", "--model"}

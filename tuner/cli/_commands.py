@@ -34,7 +34,7 @@ from tuner.cli._render import (
     report_text,
     table,
 )
-from tuner.cli._search_text import search_text
+from tuner.cli._search_text import engine_build_text, search_text
 from tuner.cli._trials_text import trials_rows, trials_table
 from tuner.errors import InvalidInput
 from tuner.explain import explain, param_importances
@@ -158,6 +158,8 @@ def _print_report(store: Store, job_id: int, rep: Report) -> None:
         print()
         print(text)
     if text := search_text(recs):
+        print("\n" + text)
+    if text := engine_build_text(recs):
         print("\n" + text)
     for other in rep.other_targets:
         orep = job_report(

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from tuner.candidates import engine_config, grid_params, params_to_config, space_models
+from tuner.engines import ENGINE_KINDS, server_class
 from tuner.hardware import nvidia_smi
 from tuner.hub import downloads_allowed, is_hub_id, local_view
 from tuner.measure import load_all_prompts
@@ -86,6 +87,17 @@ def _preflight_grid(
     return refused, list(dict.fromkeys(notes))
 
 
+def _engine_build(space: SearchSpace, configs: list[dict[str, Any]]) -> str | None:
+    """A known defect of the installed engine build that bears on this space's sampled
+    workload, and what SpecTune does about it (the engine's ``build_note``)."""
+    if space.sampled_workload is None or space.engine.kind not in ENGINE_KINDS:
+        return None
+    for c in configs:
+        if (cfg := engine_config(c, space)).speculative_config:
+            return server_class(space.engine.kind).build_note(cfg)
+    return None
+
+
 def _hub_models(space: SearchSpace) -> list[dict[str, Any]]:
     """Each hub model of the space and whether this machine's cache holds it (what the job
     downloads before its first launch); read from the cache only, never the network."""
@@ -139,6 +151,7 @@ def plan_space(space: SearchSpace, source: str, db_url: str | None) -> dict[str,
     else:
         refused, notes = _preflight_grid(space, configs)
         out["preflight"] = {"checked": True, "refused": refused, "notes": notes}
+        out["engine_build"] = _engine_build(space, configs)
         runnable = len(configs) - len(refused)
     out["hub_models"] = [] if replay is not None else _hub_models(space)
     out["downloads_allowed"] = downloads_allowed()
@@ -185,6 +198,8 @@ def plan_text(p: dict[str, Any]) -> str:
     else:
         lines.append("pre-flight: every configuration passes")
     lines += [f"  {n}" for n in pf.get("notes", [])]
+    if p.get("engine_build"):
+        lines.append(f"engine build: {p['engine_build']}")
     lines += _hub_lines(p)
     est = p["estimate"]
     if p["replay_surface"] is not None:

@@ -15,7 +15,7 @@ from tuner.methods import params_text
 from tuner.states import TrialState
 from tuner.storage import TrialRecord, search_launch
 
-__all__ = ["search_text"]
+__all__ = ["engine_build_text", "search_text"]
 
 
 def search_text(recs: list[TrialRecord]) -> str:
@@ -72,3 +72,15 @@ def search_text(recs: list[TrialRecord]) -> str:
                 f"(largest {max(errs):.1f}%)"
             )
     return "\n".join(out)
+
+
+def engine_build_text(recs: list[TrialRecord]) -> str:
+    """The engine-build notes pre-flight stored with the job's trials (a known defect of the
+    installed engine and what SpecTune did about it), each once; empty when there are none."""
+    notes = [
+        n
+        for r in recs
+        for n in ((r.search or {}).get("preflight") or [])
+        if isinstance(n, str) and n.startswith("engine build: ")
+    ]
+    return "\n".join(f"Engine {n.removeprefix('engine ')}" for n in dict.fromkeys(notes))

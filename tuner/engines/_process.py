@@ -198,6 +198,12 @@ class ServerProcess(abc.ABC):
             )
         return None
 
+    @classmethod
+    def build_note(cls, cfg: EngineConfig) -> str | None:
+        """A known defect of the installed engine build that bears on sampled workloads of
+        ``cfg``, in one sentence, and what SpecTune does about it (None: none known)."""
+        return None
+
     @abc.abstractmethod
     def _argv(self, port: int) -> list[str]:
         """The server's argv (a list: nothing goes through a shell)."""

@@ -20,6 +20,7 @@ from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
+from tuner.engines._vllm_cpu_fix import FIX_ENV, FIXED_NOTE, cpu_sampling_defect
 from tuner.engines._vllm_probe import VLLMProbe
 
 __all__ = [
@@ -212,7 +213,8 @@ def export_cli(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> str:
 def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None = None) -> dict:
     """The server's whole environment: the inherited one less its speed variables and hub
     tokens, the machine-private settings below (offline: a hub id loads from the cache the
-    job filled; HF_HUB_CACHE/HF_HOME are inherited), then ``speed_env`` (the only source of
+    job filled; HF_HUB_CACHE/HF_HOME are inherited; on CPU the switch of SpecTune's vLLM
+    plugin, ``_vllm_cpu_fix``), then ``speed_env`` (the only source of
     speed variables)."""
     src = os.environ if base is None else base
     env = {k: v for k, v in src.items() if not is_speed_key(k) and k not in HUB_TOKEN_KEYS}
@@ -229,6 +231,12 @@ def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None =
             "VLLM_SERVER_DEV_MODE": "1",
         }
     )
+    if cfg.device == "cpu":
+        # Asks SpecTune's vLLM plugin to fix the CPU build's sampling defect (a no-op on a
+        # build without it); not a speed variable, so the export leaves it out.
+        env[FIX_ENV] = "1"
+    else:
+        env.pop(FIX_ENV, None)
     env.update(speed_env(cfg, src))
     return env
 
@@ -252,6 +260,15 @@ class VLLMServer(ServerProcess):
                 "no draft_sample_method (vLLM 0.32 has it)"
             )
         return None
+
+    @classmethod
+    def build_note(cls, cfg: EngineConfig) -> str | None:
+        """On CPU with speculation: the expand defect when the self-test finds it in this
+        interpreter's vLLM (a child process, seconds, once) and that the plugin fixes it."""
+        if cfg.device != "cpu" or not cfg.speculative_config:
+            return None
+        defect = cpu_sampling_defect()
+        return None if defect is None else f"{defect}; {FIXED_NOTE}"
 
     def _argv(self, port: int) -> list[str]:
         return build_argv(self.cfg, port, python=self.python, launcher=self.launcher)

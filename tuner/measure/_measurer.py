@@ -107,6 +107,10 @@ class LaunchMeasurer(Measurer):
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
         if (why := self.server_cls.speculative_problem(cfg.speculative_config)) is not None:
             raise TrialFailed("invalid_config", f"pre-flight: {why}")
+        # The real engine only: a test's stand-in server (launcher) has no build to test.
+        if self.launcher is None and self.space.sampled_workload is not None:
+            if (note := self.server_cls.build_note(cfg)) is not None:
+                notes.append(f"engine build: {note}")
         return notes
 
     def measure(
