@@ -9,13 +9,15 @@ engine, and the distribution check passes a lossless engine and flags lossy ones
   vLLM's ``rejection_sample_method: synthetic`` (accepts drafts at fixed rates) would be the
   natural lossy engine, but vLLM 0.32's CPU build refuses it under sampling ("Synthetic
   acceptance not supported with CPU sampling", the engine dies).
-- Measured: vLLM 0.32 CPU's standard rejection sampler is flagged too. N-gram drafts (k=3)
-  against the baseline gave p = 0.001 (the smallest 999 permutations give) in bf16 and in
-  float32, seeded or not, at temperature 0.8 (top-p 0.95 or none) and 1.0, while the
-  baseline against itself gave 0.22 to 0.87. The assertion below pins that for the pinned
-  vLLM: if it fails, the CPU sampler was fixed; update README "Sampled traffic".
+- The CPU build's expand defect (``tuner.engines._vllm_cpu_fix``), both ways: n-gram drafts
+  (k=3) launched as SpecTune launches them (its plugin's switch on) pass, and launched
+  without the switch (the build as a user runs it) are flagged. Before the plugin, n-gram
+  k=3 against the baseline gave p = 0.001 (the smallest 999 permutations give) in bf16 and
+  in float32, seeded or not, at temperature 0.8 (top-p 0.95 or none) and 1.0, while the
+  baseline against itself gave 0.22 to 0.87. If the unfixed launch passes, the CPU build was
+  fixed upstream: update README "Sampled traffic".
 
-Three launches of about 30 s each."""
+Four launches of about 30 s each."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import pytest
 
 from tests.helpers import TINY, vllm_available
 from tuner.engines import EngineConfig, VLLMServer
+from tuner.engines._vllm_cpu_fix import FIX_ENV
 from tuner.loadgen import _Req, run_requests
 from tuner.measure import distribution_p_value
 from tuner.measure._protocol import sampled_outputs
@@ -53,7 +56,18 @@ NGRAM = {
 }
 
 
-def _server(tmp_path, spec: dict[str, Any] | None, name: str) -> VLLMServer:
+class _Unfixed(VLLMServer):
+    """SpecTune's launch less its plugin's switch: the CPU build as a user runs it."""
+
+    def _env(self) -> dict[str, str]:
+        env = super()._env()
+        env.pop(FIX_ENV, None)
+        return env
+
+
+def _server(
+    tmp_path, spec: dict[str, Any] | None, name: str, cls: type[VLLMServer] = VLLMServer
+) -> VLLMServer:
     cfg = EngineConfig(
         model=f"{TINY}/target",
         served_model_name="tiny",
@@ -63,7 +77,7 @@ def _server(tmp_path, spec: dict[str, Any] | None, name: str) -> VLLMServer:
         speculative_config=spec,
         enforce_eager=True,
     )
-    return VLLMServer(cfg, tmp_path / f"{name}.log", cache_root=tmp_path / "cache")
+    return cls(cfg, tmp_path / f"{name}.log", cache_root=tmp_path / "cache")
 
 
 def _texts(srv: VLLMServer, sampling: dict[str, Any]) -> list[str]:
@@ -100,12 +114,16 @@ def test_sampling_reaches_vllm_and_the_distribution_check_tells_lossy_from_lossl
         hot = sampled_outputs(srv, hotter, prompts, baseline=False)
     with _server(tmp_path, NGRAM, "ngram") as srv:
         ngram = sampled_outputs(srv, space, prompts, baseline=False)
+    with _server(tmp_path, NGRAM, "ngram-unfixed", _Unfixed) as srv:
+        unfixed = sampled_outputs(srv, space, prompts, baseline=False)
     p = {
         "baseline relaunched": distribution_p_value(reference, again, seed=space.seed),
         "temperature 1.5": distribution_p_value(reference, hot, seed=space.seed),
         "ngram k=3": distribution_p_value(reference, ngram, seed=space.seed),
+        "ngram k=3, plugin off": distribution_p_value(reference, unfixed, seed=space.seed),
     }
     print(f"distribution check p-values (alpha {alpha}): {p}")
     assert p["baseline relaunched"] >= alpha, p
     assert p["temperature 1.5"] < alpha, p
-    assert p["ngram k=3"] < alpha, p  # vLLM 0.32 CPU's sampler (see the module docstring)
+    assert p["ngram k=3"] >= alpha, p  # SpecTune's plugin fixes the CPU expand defect
+    assert p["ngram k=3, plugin off"] < alpha, p  # vLLM 0.32 CPU's sampler as it ships
