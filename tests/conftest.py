@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -171,3 +172,13 @@ def tiny_models(tmp_path: Path) -> Path:
 def copy_model(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+@pytest.fixture(autouse=True)
+def _tuner_log_level() -> Iterator[None]:
+    """The benchmarks a test runs quieten SpecTune's logger for their whole process
+    (``bench/hpo``): give the next test the level it had, so its ``caplog`` sees warnings."""
+    logger = logging.getLogger("tuner")
+    level = logger.level
+    yield
+    logger.setLevel(level)
