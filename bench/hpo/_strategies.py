@@ -26,7 +26,7 @@ from tuner.methods import METHODS
 from tuner.space import IntRange, SearchSpace, parse_space
 from tuner.surface import _replay, config_key, params_to_config
 
-__all__ = ["SAMPLERS", "run_grid", "run_optuna", "run_spectune"]
+__all__ = ["SAMPLERS", "replay_space", "replay_store", "run_grid", "run_optuna", "run_spectune"]
 
 
 def _one_repeat(recorded: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -76,14 +76,9 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
         _replay.ReplayEngine.measure = original  # type: ignore[method-assign]
 
 
-def run_spectune(
-    truth: Truth, seed: int, budget: int, *, offline: bool = True
-) -> list[Observation]:
-    """SpecTune's own study through ``run_job`` with ``engine.kind: replay``; ``offline``:
-    with the surface's offline acceptance table (``offline_pricing``), else without."""
-    from tuner.job import create_job, run_job
-    from tuner.storage import Store
-
+def replay_space(truth: Truth, *, name: str, **fields: Any) -> SearchSpace:
+    """The surface's own space on the replay engine, with ``fields`` set (seed, trials,
+    offline_pricing, measurement, ...)."""
     space = truth.surface.space
     data = space.model_dump(mode="json")
     data["engine"] = {
@@ -91,19 +86,38 @@ def run_spectune(
         "kind": "replay",
         "surface": str(truth.surface.path.resolve()),
     }
-    # The product's trial budget counts reuses too, so it may launch fewer than ``budget``.
-    data.update(seed=seed, trials=budget, name=f"{space.name}-hpo-{seed}", offline_pricing=offline)
-    rspace = parse_space(data, base_dir=space.base_dir)
-    log: list[Observation] = []
+    data.update(name=f"{space.name}-{name}", **fields)
+    return parse_space(data, base_dir=space.base_dir)
+
+
+@contextlib.contextmanager
+def replay_store(prefix: str) -> Iterator[tuple[Any, Path]]:
+    """(a ``Store`` on a throw-away SQLite, its folder): on tmpfs where there is one, since
+    fsyncs dominate the replay time; SpecTune's logger quietened for the benchmark."""
+    from tuner.storage import Store
+
     logging.getLogger("tuner").setLevel(logging.ERROR)
-    shm = Path("/dev/shm")  # the study's SQLite on tmpfs: fsyncs dominate the replay time
-    with tempfile.TemporaryDirectory(
-        prefix="spectune-hpo-", dir=shm if shm.is_dir() else None
-    ) as tmp:
-        store = Store(f"sqlite:///{Path(tmp) / 'job.db'}")
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=shm if shm.is_dir() else None) as tmp:
+        yield Store(f"sqlite:///{Path(tmp) / 'job.db'}"), Path(tmp)
+
+
+def run_spectune(
+    truth: Truth, seed: int, budget: int, *, offline: bool = True
+) -> list[Observation]:
+    """SpecTune's own study through ``run_job`` with ``engine.kind: replay``; ``offline``:
+    with the surface's offline acceptance table (``offline_pricing``), else without."""
+    from tuner.job import create_job, run_job
+
+    # The product's trial budget counts reuses too, so it may launch fewer than ``budget``.
+    rspace = replay_space(
+        truth, name=f"hpo-{seed}", seed=seed, trials=budget, offline_pricing=offline
+    )
+    log: list[Observation] = []
+    with replay_store("spectune-hpo-") as (store, tmp):
         job_id = create_job(store, rspace)
         with _drawing_engine(truth, seed, log):
-            run_job(store, job_id, work_dir=Path(tmp) / "work")
+            run_job(store, job_id, work_dir=tmp / "work")
     return log
 
 

@@ -51,21 +51,24 @@ included, and the answer is scored by the surface's truth (``Truth``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bench.hpo._protocol import Config, Observation, Trace, Truth
 from bench.hpo._stats import bootstrap_median_ci, median, wilcoxon_signed_rank
-from bench.hpo._strategies import _drawing_engine, run_grid, run_optuna
+from bench.hpo._strategies import (
+    _drawing_engine,
+    replay_space,
+    replay_store,
+    run_grid,
+    run_optuna,
+)
 from tuner.candidates import baseline_params
 from tuner.surface import ReplayMeasurer, config_key
 
@@ -111,34 +114,26 @@ def spectune_whole(
     """The complete job: ``run_job`` stopping by itself, then its confirmation launches."""
     from tuner.job import create_job, run_job
     from tuner.pareto import job_report
-    from tuner.space import parse_space
-    from tuner.storage import Store
 
-    space = truth.surface.space
-    data = space.model_dump(mode="json")
-    data["engine"] = {
-        **data["engine"],
-        "kind": "replay",
-        "surface": str(truth.surface.path.resolve()),
-    }
-    data["measurement"] = {
-        **data["measurement"],
+    measurement = {
+        **truth.surface.space.measurement.model_dump(mode="json"),
         "confirm_top": CONFIRM_TOP,
         "confirm_budget": CONFIRM_BUDGET,
     }
-    data.update(seed=seed, trials=cap, name=f"{space.name}-whole-{seed}", offline_pricing=offline)
-    data["stop_early"] = True
-    rspace = parse_space(data, base_dir=space.base_dir)
+    rspace = replay_space(
+        truth,
+        name=f"whole-{seed}",
+        seed=seed,
+        trials=cap,
+        offline_pricing=offline,
+        measurement=measurement,
+        stop_early=True,
+    )
     log: list[Observation] = []
-    logging.getLogger("tuner").setLevel(logging.ERROR)
-    shm = Path("/dev/shm")  # the study's SQLite on tmpfs: fsyncs dominate the replay time
-    with tempfile.TemporaryDirectory(
-        prefix="spectune-whole-", dir=shm if shm.is_dir() else None
-    ) as tmp:
-        store = Store(f"sqlite:///{Path(tmp) / 'job.db'}")
+    with replay_store("spectune-whole-") as (store, tmp):
         job_id = create_job(store, rspace)
         with _drawing_engine(truth, seed, log), _live_replay():
-            run_job(store, job_id, work_dir=Path(tmp) / "work")
+            run_job(store, job_id, work_dir=tmp / "work")
         job, rep = store.job(job_id), job_report(store, job_id)
         w = rep.winner
         pt = truth.surface.lookup(w.params) if w is not None else None

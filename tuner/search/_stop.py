@@ -214,16 +214,14 @@ def outlook(
         if key in seen or key in lay.taken or metric not in pred.metrics or metric not in hi:
             return
         seen.add(key)
-        fk = family_key(c)
-        if fk not in lay.started:
-            fam_best.setdefault(fk, None)
-            if feasible(hi, limits)[0]:
-                old = fam_best[fk]
-                v = float(hi[metric])
-                fam_best[fk] = v if old is None or (v > old) == maximize else old
-        if feasible(hi, limits)[0]:  # even its optimism breaks the SLO: it cannot win
+        ok = feasible(hi, limits)[0]  # even its optimism breaks the SLO: it cannot win
+        v = float(hi[metric])
+        if (fk := family_key(c)) not in lay.started:
+            old = fam_best.get(fk)
+            fam_best[fk] = v if ok and (old is None or (v > old) == maximize) else old
+        if ok:
             note = PredictedPoint.of(c, pred, level).note(metric)
-            cands.append(Candidate(c, float(pred.metrics[metric]), float(hi[metric]), src, note))
+            cands.append(Candidate(c, float(pred.metrics[metric]), v, src, note))
 
     modelled = depth_predictions(space, rows, lay)
     for c, pred in modelled:
