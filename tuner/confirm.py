@@ -59,9 +59,13 @@ def _noise_only(p: Point) -> bool:
     return bool(p.violations) and all(v.startswith("noisy") for v in p.violations)
 
 
-def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> int | None:
+def next_launch(
+    rep: Report, finalists: int, failed: Collection[int] = (), budget_left: int | None = None
+) -> int | None:
     """The trial to launch next to confirm the report's winner (module docstring), or None
-    when nothing more is worth a launch."""
+    when nothing more is worth a launch. With ``budget_left`` launches left and no more than
+    the baseline and the winner still owe (each to two launches), those come first: a noisy
+    point launched again must not leave the answer itself unconfirmed."""
 
     def room(p: Point) -> bool:  # every launch counts here, disturbed or not
         return p.trial_number not in failed and len(launches_of(p.metrics)) < MAX_LAUNCHES
@@ -71,6 +75,9 @@ def next_launch(rep: Report, finalists: int, failed: Collection[int] = ()) -> in
     for b in (rep.baseline, own):
         if b is not None and launch_count(b.metrics) < 2 and room(b):
             return b.trial_number
+    owed = w is not None and launch_count(w.metrics) < 2 and room(w)
+    if owed and budget_left is not None and budget_left <= 2 - launch_count(w.metrics):
+        return w.trial_number
     base = own or rep.baseline  # the winner's verdict divides by its class's baseline
     metric, direction = rep.objectives[0]
     sign = -1.0 if direction == "maximize" else 1.0
@@ -128,11 +135,15 @@ class Confirmation:
     def budget_left(self) -> int:
         return max(0, self.ctx.space.measurement.confirm_budget - self.spent)
 
-    def next(self, rep: Report) -> int | None:
-        """The trial to launch again next, or None (off, budget spent, or nothing worth it)."""
-        if not self.enabled or self.budget_left <= 0:
+    def next(self, rep: Report, reserve: int = 0) -> int | None:
+        """The trial to launch again next, or None (off, budget spent, or nothing worth it).
+        ``reserve`` launches are kept back: the search asks with one kept for a winner it
+        may still find, so the job's answer is never left unconfirmed by earlier ones."""
+        left = self.budget_left - reserve
+        if not self.enabled or left <= 0:
             return None
-        return next_launch(rep, self.ctx.space.measurement.confirm_top, self.failed)
+        top = self.ctx.space.measurement.confirm_top
+        return next_launch(rep, top, self.failed, budget_left=left)
 
     def launch(self, number: int) -> bool:
         """One confirmation launch of ``number``; False when it failed."""

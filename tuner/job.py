@@ -166,7 +166,7 @@ def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int
         return None
     if look.predicted_to_beat(float(w.metrics[look.metric])):
         return None
-    number = conf.next(rep)
+    number = conf.next(rep, reserve=1)  # one launch kept for a winner found later
     pair = {p.trial_number for p in (rep.baseline, w) if p is not None}
     return number if number in pair else None
 

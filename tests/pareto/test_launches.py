@@ -6,11 +6,12 @@ on the 2-core CPU machine (baseline ~300 tok/s, n-gram k=4 ~550 tok/s at concurr
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tuner.confirm import MAX_LAUNCHES, next_launch
+from tuner.confirm import MAX_LAUNCHES, Confirmation, next_launch
 from tuner.explain import launch_sentences
 from tuner.launches import (
     BETWEEN,
@@ -274,6 +275,19 @@ def test_a_noisy_point_that_would_beat_the_winner_is_launched_again_first():
     assert rep.winner is not None and rep.winner.trial_number == 1
     assert next_launch(rep, finalists=2) == 2
     assert next_launch(rep, finalists=2, failed={2}) == 1  # then the winner's second launch
+    # With one launch left, it goes to the winner: the answer itself must not stay unconfirmed.
+    assert next_launch(rep, finalists=2, budget_left=1) == 1
+    assert next_launch(rep, finalists=2, budget_left=2) == 2
+
+
+def test_the_search_keeps_one_confirmation_launch_for_a_winner_it_finds_later():
+    space = SimpleNamespace(measurement=SimpleNamespace(confirm_top=1, confirm_budget=2))
+    conf = Confirmation(SimpleNamespace(space=space), SimpleNamespace(live=True))
+    rep = _report({0: ("none", _point_of(300.0, 290.0)), 1: ("ngram", _point_of(500.0))})
+    assert conf.next(rep) == 1 and conf.next(rep, reserve=1) == 1
+    conf.spent = 1
+    assert conf.next(rep, reserve=1) is None  # the last launch is kept
+    assert conf.next(rep) == 1  # and spent once the search is over
 
 
 def test_the_runner_up_is_launched_twice_even_when_one_launch_set_it_apart():

@@ -214,8 +214,9 @@ class TrialPublic(FrozenModel):
     )
     offline_acceptance_rate: float | None = Field(
         None,
-        description="acceptance rate priced before the launch on the baseline's greedy outputs "
-        "(offline pricing: a prediction, never a measurement); compare metrics.acceptance_rate",
+        description="acceptance rate priced before the launch on the baseline's outputs, greedy "
+        "or sampled as the workload samples (offline pricing: a prediction, never a "
+        "measurement); compare metrics.acceptance_rate",
     )
     offline_per_position_acceptance: list[float] | None = Field(
         None, description="per-position acceptance priced before the launch (a prediction)"

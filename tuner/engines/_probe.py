@@ -226,12 +226,15 @@ class EngineProbe:
         depth: int,
         timeout_s: float,
         extra: dict[str, Any],
+        sampling: dict[str, Any] | None = None,
+        seed: int = 0,
     ) -> list[tuple[list[int], list[int], int]] | None:
-        """Every turn of one entry as (prompt ids, greedy output ids, the turn's limit).
-        A conversation's turn asks for exactly ``limit`` tokens, whose text the next turn
-        carries as the model's own reply, then ``depth`` more through the completions
-        endpoint on its very prompt and output ids (nothing re-tokenised); the last turn
-        asks for them at once."""
+        """Every turn of one entry as (prompt ids, output ids, the turn's limit), greedy or
+        under ``sampling``. A conversation's turn asks for exactly ``limit`` tokens, whose
+        text the next turn carries as the model's own reply, then ``depth`` more through the
+        completions endpoint on its very prompt and output ids (nothing re-tokenised); the
+        last turn asks for them at once."""
+        s = dict(sampling or GREEDY)
         messages = list(prompt.messages)
         out: list[tuple[list[int], list[int], int]] = []
         text: str | None = None
@@ -240,7 +243,7 @@ class EngineProbe:
                 messages += [("assistant", text or ""), ("user", prompt.followups[turn - 1])]
             last = turn == prompt.turns - 1
             ask = limit + (depth if last else 0)
-            req = self._request(model, prompt, ask, dict(GREEDY), 1, 0, extra, messages)
+            req = self._request(model, prompt, ask, dict(s), 1, seed + turn, extra, messages)
             if req is None:
                 return None
             got = self._sequence(await self._post(session, root + req[0], req[1], timeout_s))
@@ -250,7 +253,7 @@ class EngineProbe:
             if not last and depth:
                 if self.greedy_path is None or text is None:
                     return None
-                body = self._ids_body(model, prompt_ids + output, depth, dict(GREEDY), 1, 0)
+                body = self._ids_body(model, prompt_ids + output, depth, dict(s), 1, seed + turn)
                 more = await self._post(session, root + self.greedy_path, body, timeout_s)
                 ids = self._ids_of(more) if more else []
                 if len(ids) != 1:
@@ -270,31 +273,38 @@ class EngineProbe:
         headers: dict[str, str] | None = None,
         concurrency: int = 1,
         extra: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> list[list[tuple[list[int], list[int], int]] | None]:
-        """Each prompt's requests (a conversation's turns) as (prompt ids, greedy output
-        ids, the request's max_tokens), as the engine tokenized and answered them, the
-        output ``depth`` tokens past the limit (the last round's drafts are judged too):
-        what proposers are priced on offline (any greedy output serves, so prompts may share
-        batches). None for a prompt whose requests failed or that the endpoint cannot
-        answer with token ids."""
+        """Each prompt's requests (a conversation's turns) as (prompt ids, output ids, the
+        request's max_tokens), as the engine tokenized and answered them, the output
+        ``depth`` tokens past the limit (the last round's drafts are judged too): what
+        proposers are priced on offline (any greedy output serves, so prompts may share
+        batches; under ``sampling``, the baseline's samples are draws of the very
+        distribution a lossless engine serves; prompt i seeds its requests from i * 1000,
+        so a job run again prices the same draws). None for a prompt whose requests failed
+        or that the endpoint cannot answer with token ids."""
         able = [self._request(model, p, 1, dict(GREEDY), 1, 0, {}) is not None for p in prompts]
         if not any(able):
             return [None for _ in prompts]
         root = base_url.rstrip("/")
         gate = asyncio.Semaphore(max(1, concurrency))
 
-        async def one(session: aiohttp.ClientSession, p: Prompt, limit: int) -> Any:
+        async def one(session: aiohttp.ClientSession, i: int, p: Prompt, limit: int) -> Any:
             if self._request(model, p, 1, dict(GREEDY), 1, 0, {}) is None:
                 return None
             async with gate:
                 return await self._turn_ids(
-                    session, root, model, p, limit, depth, timeout_s, extra or {}
+                    session, root, model, p, limit, depth, timeout_s, extra or {},
+                    sampling, i * 1000,
                 )
 
         async with aiohttp.ClientSession(headers=headers) as session:
             return list(
                 await asyncio.gather(
-                    *(one(session, p, n) for p, n in zip(prompts, limits, strict=True))
+                    *(
+                        one(session, i, p, n)
+                        for i, (p, n) in enumerate(zip(prompts, limits, strict=True))
+                    )
                 )
             )
 

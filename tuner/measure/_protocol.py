@@ -289,16 +289,17 @@ def greedy_outputs(
 def token_sequences(
     server: Server, space: SearchSpace, prompts: dict[str, list[Prompt]], concurrency: int = 1
 ) -> list[list[list[int]]] | None:
-    """The baseline's prompt and greedy output ids of the first workload's requests, one
-    pass (``[prompt ids, output ids, [the request's max_tokens]]`` each; every turn of a
+    """The baseline's prompt and output ids of the first workload's requests, one pass
+    (``[prompt ids, output ids, [the request's max_tokens]]`` each; every turn of a
     conversation, templated by the engine), the output the space's largest depth past
     ``max_tokens`` (the last round's drafts are judged too): what every proposer is priced
-    on offline. None when that workload samples (greedy outputs cannot price sampled
-    acceptance) or the engine does not return ids. ``concurrency``: requests in flight at
-    once (the launch's batch size: any greedy output serves)."""
+    on offline. Greedy, or under the workload's own sampling settings when it samples (its
+    own seed aside: the probe seeds each prompt). None when the engine does not return
+    ids. ``concurrency``: requests in flight at once (the launch's batch size)."""
     wl = space.all_workloads[0]
+    sampling = None
     if not wl.sampling.greedy:
-        return None
+        sampling = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
     depth = max(
         (getattr(space.methods, m).num_speculative_tokens.max for m in space.methods.enabled()),
         default=0,
@@ -316,6 +317,7 @@ def token_sequences(
             headers=server.headers,
             concurrency=concurrency,
             extra=chat_extra(wl),
+            sampling=sampling,
         )
     )
     seqs = [[ids, out, [n]] for turns in got if turns is not None for ids, out, n in turns]

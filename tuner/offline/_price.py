@@ -4,9 +4,8 @@ What is priced: n-gram lookups (vLLM's rule replayed, exact for greedy traffic),
 models (one teacher-forced forward each) and EAGLE, EAGLE-3 and MiMo MTP heads (one forward
 of the target for the features they read, then the head's own drafting chain). A head whose
 graph is not mirrored, or a checkpoint that does not load, is unpriced with the reason and
-launched to learn its acceptance, as before. Sampled traffic is not priced: acceptance
-under sampling needs the target's probabilities of each guess, which greedy outputs do not
-carry.
+launched to learn its acceptance, as before. Sampled traffic is priced on the baseline's
+sampled outputs with the target's probabilities of each round's guesses (``_sampled``).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from tuner.offline._draft import DraftGuesses
 from tuner.offline._heads import HEAD_METHODS, head_guesses
 from tuner.offline._ngram import ngram_propose
 from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
+from tuner.offline._sampled import TargetProbs, draft_chains, price_sampled
 
 __all__ = ["UNPRICED_OTHER_TARGET", "OfflinePrices", "price_proposers"]
 
@@ -118,12 +118,25 @@ def price_proposers(
     max_model_len: int | None = None,
     device: str = "cpu",
     target: str | None = None,
+    sampling: Mapping[str, Any] | None = None,
 ) -> OfflinePrices:
     """``proposers``: key -> a configuration at the proposer's largest depth (method,
     draft or head, prompt_lookup_min/max, num_speculative_tokens); every depth up to it is
     priced. ``target``: the checkpoint that served ``seqs`` (the heads read its features;
-    an MTP proposer's own checkpoint is its target)."""
+    an MTP proposer's own checkpoint is its target). ``sampling``: the settings ``seqs``
+    were sampled under (temperature > 0), None for greedy outputs."""
     t0 = time.monotonic()
+    sampled = bool(sampling and float(sampling.get("temperature") or 0) > 0)
+    probs: TargetProbs | None = None
+    if sampled and seqs:
+        where, why = _on_machine(resolve(target)) if target else ("", "no target given")
+        try:
+            probs = TargetProbs(where, device) if why is None else None
+        except (OSError, ValueError, RuntimeError, KeyError, ImportError) as e:
+            why = f"did not load ({e})"
+        if probs is None:
+            reason = f"not priced offline under sampling: target {target}: {why}"
+            return OfflinePrices({}, dict.fromkeys(proposers, reason), "", 0.0)
     by: dict[str, dict[int, OfflineAcceptance]] = {}
     unpriced: dict[str, str] = {}
     drafts: dict[str, DraftGuesses] = {}
@@ -168,7 +181,19 @@ def price_proposers(
             if why is not None:
                 unpriced[key] = f"not priced offline: draft {c['draft']}: {why}"
                 continue
-            if path not in drafts:
+            if sampled and c.get("draft_sample_method") == "probabilistic":
+                unpriced[key] = (
+                    "not priced offline: a probabilistic draft under sampling "
+                    "(E[min(1, p/q)] is not computed yet)"
+                )
+                continue
+            if sampled:
+                try:
+                    propose = draft_chains(path, seqs, top, max_tokens, device)
+                except (OSError, ValueError, RuntimeError, KeyError, ImportError, IndexError) as e:
+                    unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
+                    continue
+            elif path not in drafts:
                 try:
                     drafts[path] = DraftGuesses(path, seqs, device)
                 # A missing or foreign checkpoint, an architecture transformers cannot
@@ -176,13 +201,20 @@ def price_proposers(
                 except (OSError, ValueError, RuntimeError, KeyError, ImportError, IndexError) as e:
                     unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
                     continue
-            propose = drafts[path].propose
+            if not sampled:
+                propose = drafts[path].propose
         elif key in guesses:
             propose = guesses[key].propose
         else:
             unpriced.setdefault(key, f"not priced offline: method {method!r}")
             continue
-        by[key] = {k: replay_rounds(seqs, k, max_tokens, propose) for k in range(1, top + 1)}
+        if probs is not None and sampling is not None:
+            by[key] = price_sampled(seqs, top, max_tokens, propose, probs, sampling)
+        else:
+            by[key] = {k: replay_rounds(seqs, k, max_tokens, propose) for k in range(1, top + 1)}
     tokens = sum(len(s.output) for s in seqs)
-    basis = f"{len(seqs)} greedy baseline outputs ({tokens} tokens)"
+    kind = "greedy"
+    if sampled and sampling is not None:
+        kind = "sampled (" + ", ".join(f"{k} {v}" for k, v in sampling.items()) + ")"
+    basis = f"{len(seqs)} {kind} baseline outputs ({tokens} tokens)"
     return OfflinePrices(by, unpriced, basis, time.monotonic() - t0)

@@ -1,8 +1,9 @@
 """Offline acceptance in the guided search: every proposer priced before its launch.
 
-Where the prices come from: the baseline's stored prompt and greedy output ids
-(``token_sequences`` on its trial row), replayed through each proposer (``tuner.offline``);
-for a replayed job (``engine.kind: replay``), the surface's own ``offline_acceptance``.
+Where the prices come from: the baseline's stored prompt and output ids (greedy, or sampled
+under the first workload's settings: ``token_sequences`` on its trial row), replayed through
+each proposer (``tuner.offline``); for a replayed job (``engine.kind: replay``), the
+surface's own ``offline_acceptance``.
 
 What a price becomes: offline tau(k) times a step-cost model gives a predicted first
 objective for every depth of every priced proposer from the baseline alone. A step costs
@@ -122,6 +123,7 @@ def offline_prices(
             max_model_len=space.engine.max_model_len,
             device="cuda" if space.engine.device == "cuda" else "cpu",
             target=target or space.engine.model,
+            sampling=_sampling(space),
         )
         by.update(p.by_proposer)
         unpriced.update(p.unpriced)
@@ -130,6 +132,15 @@ def offline_prices(
     if not bases:
         return None
     return OfflinePrices(by, unpriced, "; ".join(bases), seconds)
+
+
+def _sampling(space: SearchSpace) -> dict[str, Any] | None:
+    """The settings the baseline's sequences were sampled under (``token_sequences``), or
+    None when its first workload is greedy."""
+    wl = space.all_workloads[0]
+    if wl.sampling.greedy:
+        return None
+    return {k: v for k, v in wl.sampling.request().items() if k != "seed"}
 
 
 def _surface_prices(space: SearchSpace) -> OfflinePrices | None:

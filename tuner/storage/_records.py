@@ -142,8 +142,9 @@ class TrialRecord(BaseModel):
         return 100.0 * (float(got) - float(v)) / float(v)
 
     @computed_field(
-        description="acceptance rate predicted before the launch from the baseline's greedy "
-        "outputs (offline pricing); a prediction, never a measurement"
+        description="acceptance rate predicted before the launch from the baseline's outputs "
+        "(greedy, or sampled as the workload samples; offline pricing); a prediction, never a "
+        "measurement"
     )
     def offline_acceptance_rate(self) -> float | None:
         v = ((self.search or {}).get("offline") or {}).get("acceptance_rate")
