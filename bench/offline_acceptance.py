@@ -54,14 +54,46 @@ def greedy_sequences(target: Path, prompts: list[str], n_tokens: int) -> list[To
     return out
 
 
+def sampled_sequences(
+    target: Path, prompts: list[str], n_tokens: int, sampling: dict, seed: int
+) -> list[TokenSequence]:
+    """The target's sampled continuations (float32) under the workload's settings: draws of
+    the distribution a lossless engine serves (``tuner.offline._sampled``), seeded."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(target))
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    torch.manual_seed(seed)
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = tok(p, add_special_tokens=True)["input_ids"]
+            gen = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=n_tokens,
+                min_new_tokens=n_tokens,
+                do_sample=True,
+                temperature=float(sampling["temperature"]),
+                top_p=float(sampling.get("top_p") or 1.0),
+                top_k=int(sampling.get("top_k") or 0),  # transformers' default would be 50
+                min_p=sampling.get("min_p"),
+            )
+            out.append(TokenSequence(tuple(ids), tuple(gen[0, len(ids) :].tolist())))
+    return out
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _model_path(written: str) -> str:
-    """A model path as the surface's space wrote it (relative to the space file, which lay
-    in search_spaces/ when it was recorded)."""
+def _model_path(written: str, where: Path = REPO / "bench" / "surfaces") -> str:
+    """A model path as the surface's space wrote it: relative to the space file, which lay
+    beside the surface (``where``) or, for the first surfaces, in search_spaces/."""
     p = Path(written)
-    return str(p if p.is_absolute() else (REPO / "search_spaces" / p).resolve())
+    if p.is_absolute():
+        return str(p)
+    near = (where / p).resolve()
+    return str(near if near.exists() else (REPO / "search_spaces" / p).resolve())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,15 +125,27 @@ def main(argv: list[str] | None = None) -> int:
         return _simulated(args, proposers, measured)
     top = max(int(c["num_speculative_tokens"]) for c in proposers.values())
     t0 = time.monotonic()
-    seqs = greedy_sequences(Path(_model_path(space.engine.model)), prompts, wl.max_tokens + top)
+    here = args.surface.resolve().parent
+
+    def resolve(written: str) -> str:
+        return _model_path(written, here)
+
+    target = Path(resolve(space.engine.model))
+    sampling = None
+    if wl.sampling.greedy:
+        seqs = greedy_sequences(target, prompts, wl.max_tokens + top)
+    else:
+        sampling = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+        seqs = sampled_sequences(target, prompts, wl.max_tokens + top, sampling, args.seed)
     gen_s = time.monotonic() - t0
     prices = price_proposers(
         proposers,
         seqs,
         wl.max_tokens,
-        resolve=_model_path,
+        resolve=resolve,
         max_model_len=space.engine.max_model_len,
         target=space.engine.model,
+        sampling=sampling,
     )
     worst: dict[str, float] = {}
     print(f"{'proposer':<58} {'k':>2}  offline / engine per position")
@@ -123,7 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         f"sequences: {prices.basis}, generated in {gen_s:.1f} s; priced in {prices.seconds:.2f} s"
     )
     if args.write_surface:
-        how = "bench/offline_acceptance.py: target greedy outputs in float32 (transformers)"
+        how = (
+            "bench/offline_acceptance.py: target greedy outputs in float32 (transformers)"
+            if sampling is None
+            else f"bench/offline_acceptance.py: target outputs sampled in float32 "
+            f"(transformers, seed {args.seed}) under {sampling}; the target's probabilities "
+            "of each round's guesses"
+        )
         _write(args.surface, {**prices.to_json(), "how": how})
     print(
         json.dumps(

@@ -23,7 +23,7 @@ export async function trialPage(gen, jobId, number) {
     } else acc.append(h("p", { class: "meta", text: "No speculation at this trial: no acceptance to show." }));
     if (t.offline_per_position_acceptance?.length) {
       acc.append(h("p", { class: "meta", "data-testid": "offline-acceptance", text:
-        `Predicted before the launch from the baseline's greedy outputs (offline, not measured): ${
+        `Predicted before the launch from the baseline's outputs (offline, not measured): ${
           t.offline_per_position_acceptance.map((v, i) => `position ${i + 1} ${pct(v)}`).join(", ")}` }));
     }
     const perRequest = ["ttft", "tpot", "e2e"].some((k) => m[`${k}_ms_values`]?.length);

@@ -27,7 +27,7 @@ export function trialsTable(jobId, trials, view, onSelect) {
     ["p99 TTFT ms", (t) => t.metrics.p99_ttft_ms, (t) => fmt(t.metrics.p99_ttft_ms, 1)],
     ["acceptance", (t) => t.metrics.acceptance_rate, (t) => pct(t.metrics.acceptance_rate)],
     ["mean acc. len", (t) => t.metrics.mean_acceptance_length, (t) => fmt(t.metrics.mean_acceptance_length, 2)],
-    // Priced before the launch on the baseline's greedy outputs: a prediction, not a measurement.
+    // Priced before the launch on the baseline's outputs: a prediction, not a measurement.
     ["offline acc. (predicted)", (t) => t.offline_acceptance_rate ?? null, (t) => h("span", {
       "data-testid": "offline-cell", text: pct(t.offline_acceptance_rate),
       title: t.offline_acceptance_rate == null ? (t.search?.offline?.unpriced || "")

@@ -78,7 +78,9 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
 
 def replay_space(truth: Truth, *, name: str, **fields: Any) -> SearchSpace:
     """The surface's own space on the replay engine, with ``fields`` set (seed, trials,
-    offline_pricing, measurement, ...)."""
+    offline_pricing, measurement, ...). The search is the product's default (guided) unless
+    ``fields`` say otherwise: a surface is recorded with ``search: sampler`` (every
+    configuration as written), which is how it was measured, not how SpecTune searches."""
     space = truth.surface.space
     data = space.model_dump(mode="json")
     data["engine"] = {
@@ -86,7 +88,8 @@ def replay_space(truth: Truth, *, name: str, **fields: Any) -> SearchSpace:
         "kind": "replay",
         "surface": str(truth.surface.path.resolve()),
     }
-    data.update(name=f"{space.name}-{name}", **fields)
+    data.update(name=f"{space.name}-{name}", search="guided")
+    data.update(fields)
     return parse_space(data, base_dir=space.base_dir)
 
 

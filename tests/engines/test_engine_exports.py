@@ -201,8 +201,12 @@ def test_vllm_cli_line_is_unchanged(monkeypatch):
     assert export_cli(cfg, base={"HOME": "/root", "OMP_NUM_THREADS": "2"}) == (
         "# LD_PRELOAD: a path on the measuring machine; elsewhere preload your own"
         " libiomp5.so (pip install intel-openmp)\n"
-        "LD_PRELOAD=/venv/lib/libiomp5.so OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=2"
-        " VLLM_TARGET_DEVICE=cpu vllm serve /m/target --max-model-len 512"
+        "# SPECTUNE_VLLM_CPU_EXPAND_FIX=1: vLLM's CPU build samples draft positions with"
+        " uninitialised temperature/top-p/top-k (sampled requests only); with spectune"
+        " installed beside vLLM its plugin fixes that, and leaves a build without the"
+        " defect alone\n"
+        "LD_PRELOAD=/venv/lib/libiomp5.so OMP_NUM_THREADS=2 SPECTUNE_VLLM_CPU_EXPAND_FIX=1"
+        " VLLM_CPU_KVCACHE_SPACE=2 VLLM_TARGET_DEVICE=cpu vllm serve /m/target --max-model-len 512"
         " --max-num-seqs 8 --gpu-memory-utilization 0.85 --enforce-eager --speculative-config"
         """ '{"method":"draft_model","model":"/m/d","num_speculative_tokens":3}'"""
     )

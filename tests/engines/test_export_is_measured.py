@@ -38,7 +38,6 @@ NOT_SPEED = {
     "VLLM_CACHE_ROOT",
     "PYTHONUNBUFFERED",
     "VLLM_SERVER_DEV_MODE",
-    "SPECTUNE_VLLM_CPU_EXPAND_FIX",  # SpecTune's launches only: a correctness fix, not speed
 }
 # Launch-only flags: where this one server listens and what it calls the model.
 LAUNCH_ONLY = {"--host", "--port", "--served-model-name", "--model"}
@@ -109,8 +108,9 @@ def test_export_and_report_carry_the_measured_env_and_flags(shell, tmp_path):
         assert command[:3] == ["vllm", "serve", CFG.model]
         assert command[3:] == _engine_part(argv)  # every flag, in the launch's order
         assert "--max-num-batched-tokens" in command and "--enforce-eager" in command
-        note, last = line.splitlines()
+        note, fix, last = line.splitlines()
         assert note.startswith("# LD_PRELOAD: a path on the measuring machine")
+        assert fix.startswith("# SPECTUNE_VLLM_CPU_EXPAND_FIX=1: vLLM's CPU build samples")
         assert shlex.split(last)[-1] == command[-1]  # flags appended to the output land on it
 
 

@@ -3,6 +3,7 @@ SpecTune's launcher sets. Needs vLLM's CPU ops (seconds to load), never an engin
 
 from __future__ import annotations
 
+import shlex
 import sys
 import types
 
@@ -102,21 +103,35 @@ def test_fixed_expand_matches_the_reference(dtype, values, rule):
         assert torch.equal(out, _reference(x, counts, *rule))
 
 
-def test_cpu_launches_ask_for_the_fix_and_the_export_does_not(tmp_path):
+def test_cpu_launches_ask_for_the_fix_and_a_speculative_cpu_export_says_why(tmp_path):
     cpu = EngineConfig(model="/m", device="cpu")
     assert build_env(cpu, tmp_path, base={})[FIX_ENV] == "1"
     gpu = EngineConfig(model="/m", device="cuda")
     assert FIX_ENV not in build_env(gpu, tmp_path, base={FIX_ENV: "1"})
-    assert FIX_ENV not in export_cli(cpu, base={})
+    assert FIX_ENV not in export_cli(cpu, base={})  # no speculation: nothing to fix
+    spec = {"method": "ngram", "num_speculative_tokens": 2}
+    line = export_cli(EngineConfig(model="/m", device="cpu", speculative_config=spec), base={})
+    note, command = line.splitlines()[-2:]
+    assert note.startswith(f"# {FIX_ENV}=1: ") and "uninitialised" in note
+    words = shlex.split(command)
+    assert f"{FIX_ENV}=1" in words[: words.index("vllm")]  # an env word before the command
+    gpu_spec = EngineConfig(model="/m", device="cuda", speculative_config=spec)
+    assert FIX_ENV not in export_cli(gpu_spec, base={})
 
 
 def test_the_build_note_names_the_defect_and_the_fix(monkeypatch):
     from tuner.engines import VLLMServer, _vllm
 
     monkeypatch.setattr(_vllm, "cpu_sampling_defect", lambda: DEFECT)
+    monkeypatch.setattr(_vllm, "fix_installed", lambda: True)
     spec = {"method": "ngram", "num_speculative_tokens": 2}
     note = VLLMServer.build_note(EngineConfig(model="/m", speculative_config=spec))
-    assert note is not None and note.startswith(DEFECT) and "plugin" in note
+    assert note is not None and note.startswith(DEFECT) and "fix it with their" in note
+    # Installed without its entry point (an editable install made before the plugin was):
+    # the switch would do nothing, and the note says so instead of claiming a fix.
+    monkeypatch.setattr(_vllm, "fix_installed", lambda: False)
+    note = VLLMServer.build_note(EngineConfig(model="/m", speculative_config=spec))
+    assert note is not None and "not installed where the engine runs" in note
     assert VLLMServer.build_note(EngineConfig(model="/m")) is None  # no speculation
     cuda = EngineConfig(model="/m", device="cuda", speculative_config=spec)
     assert VLLMServer.build_note(cuda) is None
@@ -129,9 +144,10 @@ def test_the_self_test_in_a_child_process_finds_this_build_affected():
     cpu_tl = _cpu_tl()
     if "expand_kernel_impl" not in cpu_tl._expand_kernel_impl.__code__.co_names:
         pytest.skip("this vLLM's CPU expand wrapper is not the 0.32 one")
-    from tuner.engines._vllm_cpu_fix import cpu_sampling_defect
+    from tuner.engines._vllm_cpu_fix import cpu_sampling_defect, fix_installed
 
     assert cpu_sampling_defect() == DEFECT
+    assert fix_installed()  # make installs the package with its vllm.general_plugins entry
 
 
 def _accepted_per_position(cpu_tl, expand, fill: float, B: int = 200, k: int = 4) -> list[int]:
@@ -180,3 +196,15 @@ def test_acceptance_under_sampling_before_and_after_the_fix(cpu_tl):
     for garbage in (4.58e-41, 65309.06):
         broken = _accepted_per_position(cpu_tl, cpu_tl._expand_kernel_impl, garbage)
         assert broken[0] < 50 and broken[-1] == 0, broken
+
+
+def test_the_user_may_keep_the_fix_off_and_the_note_says_so(tmp_path, monkeypatch):
+    from tuner.engines import VLLMServer, _vllm
+
+    cpu = EngineConfig(model="/m", device="cpu")
+    assert FIX_ENV not in build_env(cpu, tmp_path, base={FIX_ENV: "0"})
+    monkeypatch.setattr(_vllm, "cpu_sampling_defect", lambda: DEFECT)
+    monkeypatch.setenv(FIX_ENV, "0")
+    spec = {"method": "ngram", "num_speculative_tokens": 2}
+    note = VLLMServer.build_note(EngineConfig(model="/m", speculative_config=spec))
+    assert note is not None and note.startswith(DEFECT) and f"{FIX_ENV}=0 keeps" in note

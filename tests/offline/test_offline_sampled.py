@@ -184,8 +184,14 @@ def test_sampled_pricing_says_why_a_proposer_is_not_priced():
     )
     assert "probabilistic" in got.unpriced["prob"]
     gone = price_proposers(
-        {"n": {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3,
-               "num_speculative_tokens": 2}},
+        {
+            "n": {
+                "method": "ngram",
+                "prompt_lookup_min": 1,
+                "prompt_lookup_max": 3,
+                "num_speculative_tokens": 2,
+            }
+        },
         [seq],
         40,
         target="/nonexistent/target",

@@ -1,7 +1,7 @@
 """The report's offline-pricing section: every proposer the job priced on the baseline's
-greedy outputs (launched or not: the prices are kept with the job), each launched one's
-acceptance as priced before its launch beside what the engine's counters then measured, with
-the error; the proposers the guide did not launch, and why.
+outputs, greedy or sampled (launched or not: the prices are kept with the job), each
+launched one's acceptance as priced before its launch beside what the engine's counters then
+measured, with the error; the proposers the guide did not launch, and why.
 
 Why apart from the depth model's section: these predict acceptance (a count), not speed,
 and are checked position by position; a prediction never reads as a measurement.
@@ -95,8 +95,8 @@ def _launched_text(recs: list[TrialRecord]) -> str:
     out = []
     if rows:
         out.append(
-            "Offline acceptance (per position, priced on the baseline's greedy outputs before "
-            "each launch; a prediction) against the engine's counters:"
+            "Offline acceptance (per position, priced on the baseline's outputs before each "
+            "launch; a prediction) against the engine's counters:"
         )
         headers = ["trial", "configuration", "offline", "measured", "max |error|"]
         out.append(table(rows, headers))

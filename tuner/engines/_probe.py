@@ -294,8 +294,16 @@ class EngineProbe:
                 return None
             async with gate:
                 return await self._turn_ids(
-                    session, root, model, p, limit, depth, timeout_s, extra or {},
-                    sampling, i * 1000,
+                    session,
+                    root,
+                    model,
+                    p,
+                    limit,
+                    depth,
+                    timeout_s,
+                    extra or {},
+                    sampling,
+                    i * 1000,
                 )
 
         async with aiohttp.ClientSession(headers=headers) as session:

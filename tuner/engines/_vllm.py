@@ -20,7 +20,13 @@ from tuner.engines._args import FlagValue
 from tuner.engines._base import EngineConfig
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
-from tuner.engines._vllm_cpu_fix import FIX_ENV, FIXED_NOTE, cpu_sampling_defect
+from tuner.engines._vllm_cpu_fix import (
+    FIX_ENV,
+    FIXED_NOTE,
+    cpu_sampling_defect,
+    fix_installed,
+    fix_switched_off,
+)
 from tuner.engines._vllm_probe import VLLMProbe
 
 __all__ = [
@@ -202,12 +208,22 @@ def _machine_note(env: Mapping[str, str]) -> str:
 def export_cli(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> str:
     """The command to paste: ``ENV=VALUE … vllm serve MODEL --speculative-config '…' …``
     with the speed environment and the flags the trial launched with (``speed_settings``),
-    one line; a ``#`` line before it names values that are paths on the measuring machine.
+    one line; a ``#`` line before it names values that are paths on the measuring machine,
+    and on CPU another says why a speculative server carries SpecTune's sampling fix switch.
     The command stays the last line, so flags appended to the output land on it."""
     env, flags = VLLMServer.speed_settings(cfg, base)
-    words = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    note = _machine_note(env)
+    shown = dict(env)
+    if cfg.device == "cpu" and cfg.speculative_config:
+        shown[FIX_ENV] = "1"  # the user's CPU server has the measured build's defect too
+        note += (
+            f"# {FIX_ENV}=1: vLLM's CPU build samples draft positions with uninitialised "
+            "temperature/top-p/top-k (sampled requests only); with spectune installed beside "
+            "vLLM its plugin fixes that, and leaves a build without the defect alone\n"
+        )
+    words = [f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items())]
     parts = ["vllm", "serve", cfg.model, *flags]
-    return _machine_note(env) + " ".join(words + [shlex.join(parts)])
+    return note + " ".join(words + [shlex.join(parts)])
 
 
 def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None = None) -> dict:
@@ -231,9 +247,10 @@ def build_env(cfg: EngineConfig, cache_root: Path, base: dict[str, str] | None =
             "VLLM_SERVER_DEV_MODE": "1",
         }
     )
-    if cfg.device == "cpu":
+    if cfg.device == "cpu" and not fix_switched_off(src):
         # Asks SpecTune's vLLM plugin to fix the CPU build's sampling defect (a no-op on a
-        # build without it); not a speed variable, so the export leaves it out.
+        # build without it). ``SPECTUNE_VLLM_CPU_EXPAND_FIX=0`` where SpecTune runs keeps
+        # it off: the defect measured as an unfixed server has it.
         env[FIX_ENV] = "1"
     else:
         env.pop(FIX_ENV, None)
@@ -268,7 +285,17 @@ class VLLMServer(ServerProcess):
         if cfg.device != "cpu" or not cfg.speculative_config:
             return None
         defect = cpu_sampling_defect()
-        return None if defect is None else f"{defect}; {FIXED_NOTE}"
+        if defect is None:
+            return None
+        if fix_switched_off(os.environ):
+            return f"{defect}; {FIX_ENV}=0 keeps SpecTune's fix off for these launches"
+        if not fix_installed():
+            return (
+                f"{defect}; SpecTune's fix is not installed where the engine runs (its "
+                "vllm.general_plugins entry point is missing: reinstall spectune there), so "
+                "sampled results are flagged"
+            )
+        return f"{defect}; {FIXED_NOTE}"
 
     def _argv(self, port: int) -> list[str]:
         return build_argv(self.cfg, port, python=self.python, launcher=self.launcher)

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "FIX_ENV",
     "FIXED_NOTE",
     "cpu_sampling_defect",
+    "fix_installed",
+    "fix_switched_off",
     "find_defect",
     "fixed_expand",
     "register",
@@ -126,6 +129,11 @@ def find_defect() -> str | None:
     return None
 
 
+def fix_switched_off(env: Mapping[str, str]) -> bool:
+    """The user asked SpecTune's launches to run the build as it is (``FIX_ENV=0``)."""
+    return env.get(FIX_ENV) == "0"
+
+
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: install ``fixed_expand`` when SpecTune's
     launch asked for it and this build has the defect; otherwise do nothing."""
@@ -149,17 +157,19 @@ def register() -> None:
 
 
 _PROBE = (
-    "import json;from tuner.engines._vllm_cpu_fix import find_defect;"
-    "print(json.dumps({'defect': find_defect()}))"
+    "import json;from importlib.metadata import entry_points;"
+    "from tuner.engines._vllm_cpu_fix import find_defect;"
+    "eps = entry_points(group='vllm.general_plugins');"
+    "print(json.dumps({'defect': find_defect(), "
+    "'plugin': any(e.value == 'tuner.engines._vllm_cpu_fix:register' for e in eps)}))"
 )
 
 
 @functools.cache
-def cpu_sampling_defect(python: str | None = None, timeout: float = 120.0) -> str | None:
-    """The defect sentence when the vLLM of ``python`` (this interpreter by default) has it,
-    None when it does not or cannot be checked (no vLLM, no torch). Runs ``find_defect`` in a
-    child process, once per interpreter: importing torch and vLLM's ops takes seconds and
-    would otherwise stay loaded in SpecTune's own process."""
+def _probe(python: str | None, timeout: float) -> dict[str, Any]:
+    """``find_defect`` and whether vLLM would load SpecTune's plugin, in a child process of
+    ``python``, once per interpreter: importing torch and vLLM's ops takes seconds and would
+    otherwise stay loaded in SpecTune's own process. {} when it cannot be checked."""
     try:
         done = subprocess.run(
             [python or sys.executable, "-c", _PROBE],
@@ -169,8 +179,21 @@ def cpu_sampling_defect(python: str | None = None, timeout: float = 120.0) -> st
             env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"},
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return {}
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line).get("defect")
-    return None
+            return dict(json.loads(line))
+    return {}
+
+
+def cpu_sampling_defect(python: str | None = None, timeout: float = 120.0) -> str | None:
+    """The defect sentence when the vLLM of ``python`` (this interpreter by default) has it,
+    None when it does not or cannot be checked (no vLLM, no torch)."""
+    return _probe(python, timeout).get("defect")
+
+
+def fix_installed(python: str | None = None, timeout: float = 120.0) -> bool:
+    """vLLM in ``python`` would load SpecTune's plugin (its ``vllm.general_plugins`` entry
+    point is registered there): without it the switch does nothing, and the launches say so
+    rather than claim a fix."""
+    return bool(_probe(python, timeout).get("plugin"))
