@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if wl.sampling.greedy:
         seqs = greedy_sequences(target, prompts, wl.max_tokens + top)
     else:
-        sampling = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+        sampling = wl.sampling.unseeded()
         seqs = sampled_sequences(target, prompts, wl.max_tokens + top, sampling, args.seed)
     gen_s = time.monotonic() - t0
     prices = price_proposers(

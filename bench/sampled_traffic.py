@@ -7,7 +7,8 @@ baseline: the first with SpecTune's CPU expand fix (its default), the second wit
 
 For each job and speculative trial it prints the distribution check's p-value, the sampled
 measurement's per-position acceptance, and the offline price (computed before the launch
-from the baseline's own sampled outputs) against the acceptance the engine counted; for the
+from the baseline's own sampled outputs, four draws a prompt) against the acceptance the
+engine counted, each with its standard error and the gap in standard errors; for the
 unfixed job, whether the report names the defect. Last line: one JSON object.
 """
 
@@ -98,12 +99,18 @@ def _job(work: Path, name: str, fixed: bool) -> dict:
             "lossless_p_value": t.get("lossless_p_value"),
             "per_position_acceptance": m.get("per_position_acceptance"),
             "measured_acceptance_rate": m.get("acceptance_rate"),
+            "measured_acceptance_rate_se": m.get("acceptance_rate_se"),
             "offline_acceptance_rate": t.get("offline_acceptance_rate"),
+            "offline_acceptance_rate_se": t.get("offline_acceptance_rate_se"),
             "offline_per_position_acceptance": t.get("offline_per_position_acceptance"),
             "flagged": [v for v in flags.get(t["number"], []) if "distribution" in v],
         }
         if row["offline_acceptance_rate"] is not None and m.get("acceptance_rate") is not None:
             row["error"] = round(abs(row["offline_acceptance_rate"] - m["acceptance_rate"]), 4)
+            ses = [row["offline_acceptance_rate_se"], row["measured_acceptance_rate_se"]]
+            if all(x is not None for x in ses) and any(ses):
+                # The error in standard errors of the difference: the 0.05 bound's footing.
+                row["error_in_se"] = round(row["error"] / sum(x * x for x in ses) ** 0.5, 2)
         out["trials"].append(row)
         print(f"{name}: {json.dumps(row)}")
     out["report_names_the_defect"] = "expand_kernel" in report

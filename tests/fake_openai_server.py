@@ -221,10 +221,17 @@ class FakeEngine:
                 for i in range(n)
             ]
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n * max_tokens}
+            answer = {"choices": choices, "usage": usage}
+            ids_asked = body.get("return_token_ids")
             if chat is not None:
                 for c in choices:
                     c["message"] = {"role": "assistant", "content": c.pop("text")}
-            return web.json_response({"choices": choices, "usage": usage})
+                if ids_asked:
+                    answer["prompt_token_ids"] = [b % 4096 for b in prompt.encode()]
+            elif ids_asked:
+                for c in choices:
+                    c["prompt_token_ids"] = [b % 4096 for b in prompt.encode()]
+            return web.json_response(answer)
         if not body.get("stream"):
             seed = sum(prompt.encode()) % 1000
             ids = [(seed + i) % 4096 for i in range(max_tokens)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 __all__ = [
     "GREEDY",
@@ -23,6 +23,7 @@ __all__ = [
     "SpecCounters",
     "SpecStats",
     "WindowReading",
+    "acceptance_rate_se",
     "queue_delta",
     "spec_delta",
     "summarize",
@@ -184,6 +185,31 @@ class Measurement(BaseModel):
     ttft_ms_values: list[float] = []
     tpot_ms_values: list[float] = []
     e2e_ms_values: list[float] = []
+
+    @computed_field(
+        description="Standard error of acceptance_rate from the engine's own counters, as if "
+        "its drafted rounds were independent (rounds of one request are not: a lower bound); "
+        "null without speculation"
+    )
+    def acceptance_rate_se(self) -> float | None:
+        return acceptance_rate_se(
+            self.per_position_acceptance, self.num_drafts, self.num_draft_tokens
+        )
+
+
+def acceptance_rate_se(
+    per_position: Sequence[float], num_drafts: int | None, num_draft_tokens: int | None
+) -> float | None:
+    """The sampling error of a measured acceptance rate. A round accepts L tokens, and
+    position j counts only when positions 1..j did, so E[L] = sum p_j and
+    E[L^2] = sum (2j - 1) p_j (j from 1): the per-position counters give Var(L) exactly;
+    the rate's error is sqrt(Var(L) / rounds) over the mean tokens drafted a round."""
+    if not per_position or not num_drafts or not num_draft_tokens:
+        return None
+    mean = sum(per_position)
+    second = sum((2 * j + 1) * p for j, p in enumerate(per_position))
+    var = max(0.0, second - mean * mean)
+    return (var / num_drafts) ** 0.5 / (num_draft_tokens / num_drafts)
 
 
 def _pct(values_s: Sequence[float]) -> dict[str, float | None]:

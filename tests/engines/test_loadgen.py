@@ -334,3 +334,29 @@ def test_chat_ids_are_the_engines_templated_ones_every_turn(tmp_path):
     assert p1 == [b % 4096 for b in template.encode()]
     assert len(p2) > len(p1) + len(" tok" * 6)
     assert SGLangProbe.chat_path is None  # its chat API answers no ids: checks go without
+
+
+def test_sampled_sequences_are_draws_of_every_prompt_each_seeded_apart(tmp_path):
+    """Under sampling the probe returns ``draws`` draws of each prompt, draw-major, each
+    seeded apart and the same again on a second call (a rerun prices the same draws)."""
+    prompts = [Prompt("def f(x):"), Prompt("class A:")]
+    hot = {"temperature": 0.8}
+    with _fake(tmp_path) as srv:
+
+        def get(draws: int) -> list:
+            return asyncio.run(
+                srv.probe.token_sequences(
+                    srv.base_url, "fake", prompts, [6, 6], 2, sampling=hot, draws=draws
+                )
+            )
+
+        one, four, again = get(1), get(4), get(4)
+        greedy = asyncio.run(
+            srv.probe.token_sequences(srv.base_url, "fake", prompts, [6, 6], 2, draws=4)
+        )
+    assert len(one) == 2 and len(four) == 8 and four == again
+    assert four[:2] == one  # the first draw is the one a single draw prices
+    outs = [turns[0][1] for turns in four]
+    assert len({tuple(o) for o in outs}) == 8  # every draw its own sample
+    assert [turns[0][0] for turns in four[2:4]] == [turns[0][0] for turns in one]
+    assert len(greedy) == 2  # greedy output is one sequence a prompt: nothing to draw

@@ -100,3 +100,36 @@ def test_summarize_all_failed_has_no_latencies():
 
 def test_single_token_requests_have_no_tpot():
     assert _req(0.01, 0.01, 1).tpot_s is None
+
+
+def test_a_measured_rate_states_its_error_from_its_own_counters():
+    """Var(L) of a round's accepted count follows from the nested per-position rates:
+    simulated rounds (independent, the error's own assumption) spread as stated."""
+    import random
+
+    from tuner.metrics import Measurement, acceptance_rate_se
+
+    rng, k, rounds = random.Random(7), 3, 400
+    rates = []
+    for _ in range(300):
+        acc = 0
+        for _ in range(rounds):
+            a = 0
+            while a < k and rng.random() < 0.6:
+                a += 1
+            acc += a
+        rates.append(acc / (rounds * k))
+    mean = sum(rates) / len(rates)
+    spread = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)) ** 0.5
+    pp = [0.6, 0.36, 0.216]
+    se = acceptance_rate_se(pp, rounds, rounds * k)
+    assert se == pytest.approx(spread, rel=0.15)
+    assert acceptance_rate_se([], 0, 0) is None and acceptance_rate_se([0.5], 10, 0) is None
+    fields = {f: None for f in Measurement.model_fields if f.endswith("_ms")}
+    m = Measurement(
+        workload="w", concurrency=1, num_requests=1, num_ok=1, num_failed=0, duration_s=1.0,
+        output_tokens=1, output_tok_per_s=1.0, requests_per_s=1.0, goodput_req_per_s=1.0,
+        per_position_acceptance=pp, num_drafts=rounds, num_draft_tokens=rounds * k,
+        **{**fields, "mean_queue_ms": None},
+    )  # fmt: skip
+    assert m.model_dump()["acceptance_rate_se"] == pytest.approx(se)

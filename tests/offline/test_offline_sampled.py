@@ -13,7 +13,13 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import TINY
-from tuner.offline import TokenSequence, ngram_propose, price_proposers, replay_rounds
+from tuner.offline import (
+    OfflinePrices,
+    TokenSequence,
+    ngram_propose,
+    price_proposers,
+    replay_rounds,
+)
 from tuner.offline._sampled import TargetProbs, draft_chains, price_sampled, sampling_probs
 from tuner.workloads import builtin_path, read_jsonl
 
@@ -174,15 +180,6 @@ def test_a_draft_chain_follows_its_own_guesses_not_the_sample():
 
 def test_sampled_pricing_says_why_a_proposer_is_not_priced():
     seq = TokenSequence(_prompts(1)[0], (1, 2, 3) * 20)
-    cfg = {"method": "draft_model", "draft": str(TINY / "draft"), "num_speculative_tokens": 2}
-    got = price_proposers(
-        {"prob": {**cfg, "draft_sample_method": "probabilistic"}},
-        [seq],
-        40,
-        target=str(TINY / "target"),
-        sampling=SAMPLING,
-    )
-    assert "probabilistic" in got.unpriced["prob"]
     gone = price_proposers(
         {
             "n": {
@@ -198,3 +195,87 @@ def test_sampled_pricing_says_why_a_proposer_is_not_priced():
         sampling=SAMPLING,
     )
     assert gone.by_proposer == {} and "target /nonexistent/target" in gone.unpriced["n"]
+
+
+def _simulate_probabilistic(target, draft, prompts, sampling, seed: int) -> float:
+    """vLLM's probabilistic drafting by its rule (a simulation, not the engine): the draft
+    draws each guess from softmax(logits / T), accepted with min(1, p/q), else a draw from
+    the residual max(0, p - q); a bonus draw when all were accepted."""
+    gen = torch.Generator().manual_seed(seed)
+    t = sampling["temperature"]
+    drafted = accepted = 0
+    for prompt in prompts:
+        ctx = list(prompt) + [_sample(target, list(prompt), sampling, gen)]
+        while len(ctx) - len(prompt) < MAX_TOKENS:
+            guess, qs = [], []
+            for _ in range(K):
+                with torch.inference_mode():
+                    logits = draft(input_ids=torch.tensor([ctx + guess])).logits[0, -1]
+                q = (logits / t).softmax(-1)
+                guess.append(int(torch.multinomial(q, 1, generator=gen)))
+                qs.append(q)
+            with torch.inference_mode():
+                logits = target(input_ids=torch.tensor([ctx + guess])).logits[0]
+            probs = sampling_probs(logits[len(ctx) - 1 :], sampling)
+            drafted += K
+            a = 0
+            for j, g in enumerate(guess):
+                p, q = probs[j], qs[j][: probs.shape[-1]]
+                if float(torch.rand(1, generator=gen)) < min(1.0, float(p[g] / q[g])):
+                    a += 1
+                    continue
+                rest = (p - q).clamp(min=0)
+                nxt = int(torch.multinomial(rest / rest.sum(), 1, generator=gen))
+                break
+            else:
+                nxt = int(torch.multinomial(probs[K], 1, generator=gen))
+            accepted += a
+            ctx += guess[:a] + [nxt]
+    return accepted / drafted
+
+
+def test_a_probabilistic_draft_is_priced_by_its_overlap_with_the_target():
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained(str(TINY / "draft"), dtype=torch.float32)
+    prompts = _prompts(12)
+    seqs = _baseline_samples(target.eval(), prompts, SAMPLING, seed=1)
+    rate = _simulate_probabilistic(target, draft.eval(), prompts, SAMPLING, seed=3)
+    cfg = {"method": "draft_model", "draft": str(TINY / "draft"), "num_speculative_tokens": K}
+    prices = price_proposers(
+        {"greedy": cfg, "prob": {**cfg, "draft_sample_method": "probabilistic"}},
+        seqs,
+        MAX_TOKENS,
+        target=str(TINY / "target"),
+        sampling=SAMPLING,
+    )
+    got = prices.get("prob", K)
+    assert got is not None, prices.unpriced
+    assert got.acceptance_rate_se is not None and 0 < got.acceptance_rate_se < 0.05
+    assert got.acceptance_rate == pytest.approx(rate, abs=max(0.05, 3 * got.acceptance_rate_se))
+    # Not the greedy chain's price: a sampled guess is another proposer.
+    assert got.acceptance_rate != pytest.approx(prices.get("greedy", K).acceptance_rate, abs=1e-3)
+    pp = got.per_position_acceptance
+    assert all(a >= b for a, b in zip(pp, pp[1:], strict=False))
+
+
+def test_a_sampled_price_states_its_error_over_the_draws():
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(TINY / "target"), dtype=torch.float32)
+    prompts = _prompts(6)
+    few = _baseline_samples(target.eval(), prompts, SAMPLING, seed=4)
+    more = few + _baseline_samples(target, prompts * 3, SAMPLING, seed=5)
+    cfg = {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    cfg["num_speculative_tokens"] = K
+    args = {"target": str(TINY / "target"), "sampling": SAMPLING}
+    one = price_proposers({"n": cfg}, few, MAX_TOKENS, **args).get("n", K)
+    four = price_proposers({"n": cfg}, more, MAX_TOKENS, **args).get("n", K)
+    assert one.acceptance_rate_se > 0 and len(one.per_position_se) == K
+    # Four draws a prompt: the error shrinks about as 1/sqrt(draws).
+    assert four.acceptance_rate_se < 0.8 * one.acceptance_rate_se
+    back = OfflinePrices.from_json(OfflinePrices({"n": {K: four}}).to_json()).get("n", K)
+    assert back.acceptance_rate_se == pytest.approx(four.acceptance_rate_se, abs=1e-5)
+    greedy = price_proposers({"n": cfg}, few, MAX_TOKENS).get("n", K)
+    assert greedy.acceptance_rate_se is None  # a greedy replay is exact on its prompts

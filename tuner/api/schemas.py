@@ -218,6 +218,12 @@ class TrialPublic(FrozenModel):
         "or sampled as the workload samples (offline pricing: a prediction, never a "
         "measurement); compare metrics.acceptance_rate",
     )
+    offline_acceptance_rate_se: float | None = Field(
+        None,
+        description="standard error of offline_acceptance_rate over the baseline's sampled "
+        "outputs; null for greedy traffic (a greedy price is exact on its prompts); compare "
+        "metrics.acceptance_rate_se",
+    )
     offline_per_position_acceptance: list[float] | None = Field(
         None, description="per-position acceptance priced before the launch (a prediction)"
     )

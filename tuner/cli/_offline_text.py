@@ -14,10 +14,17 @@ from typing import Any
 
 from tuner.cli._render import table
 from tuner.methods import params_text
+from tuner.metrics import acceptance_rate_se
 from tuner.search import family_key
 from tuner.storage import TrialRecord
 
 __all__ = ["offline_text"]
+
+
+def _rate(v: float | None, se: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if se is None else f"{v:.3f} ± {se:.3f}"
 
 
 def _cells(xs: list[float] | None) -> str:
@@ -81,6 +88,7 @@ def _launched_text(recs: list[TrialRecord]) -> str:
         err = max((abs(o - m) for o, m in zip(off, got, strict=False)), default=None)
         if err is not None:
             errs.append(err)
+        rate = r.metrics.get("acceptance_rate")
         rows.append(
             [
                 str(r.number),
@@ -88,6 +96,13 @@ def _launched_text(recs: list[TrialRecord]) -> str:
                 _cells(off),
                 _cells(got) if got else f"({r.state})",
                 "-" if err is None else f"{err:.3f}",
+                _rate(r.offline_acceptance_rate, r.offline_acceptance_rate_se),
+                _rate(
+                    rate,
+                    acceptance_rate_se(
+                        got, r.metrics.get("num_drafts"), r.metrics.get("num_draft_tokens")
+                    ),
+                ),
             ]
         )
     if not rows and not unpriced and not skipped:
@@ -99,7 +114,12 @@ def _launched_text(recs: list[TrialRecord]) -> str:
             "launch; a prediction) against the engine's counters:"
         )
         headers = ["trial", "configuration", "offline", "measured", "max |error|"]
-        out.append(table(rows, headers))
+        out.append(table(rows, [*headers, "rate offline", "rate measured"]))
+        if any("±" in row[-1] for row in rows):
+            out.append(
+                "± a standard error: a sampled price's over the baseline's draws; a measured "
+                "rate's from its own counters, rounds taken as independent (a lower bound)"
+            )
         if errs:
             out.append(f"largest error {max(errs):.3f} over {len(errs)} launched proposers")
     for why, numbers in unpriced.items():

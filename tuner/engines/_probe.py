@@ -274,15 +274,17 @@ class EngineProbe:
         concurrency: int = 1,
         extra: dict[str, Any] | None = None,
         sampling: dict[str, Any] | None = None,
+        draws: int = 1,
     ) -> list[list[tuple[list[int], list[int], int]] | None]:
         """Each prompt's requests (a conversation's turns) as (prompt ids, output ids, the
         request's max_tokens), as the engine tokenized and answered them, the output
         ``depth`` tokens past the limit (the last round's drafts are judged too): what
         proposers are priced on offline (any greedy output serves, so prompts may share
         batches; under ``sampling``, the baseline's samples are draws of the very
-        distribution a lossless engine serves; prompt i seeds its requests from i * 1000,
-        so a job run again prices the same draws). None for a prompt whose requests failed
-        or that the endpoint cannot answer with token ids."""
+        distribution a lossless engine serves, ``draws`` of each prompt: draw d of prompt i
+        of n seeds its requests from (d * n + i) * 1000, so a job run again prices the same
+        draws; the list is then draw-major, ``draws`` * n long). None for a prompt whose
+        requests failed or that the endpoint cannot answer with token ids."""
         able = [self._request(model, p, 1, dict(GREEDY), 1, 0, {}) is not None for p in prompts]
         if not any(able):
             return [None for _ in prompts]
@@ -306,15 +308,14 @@ class EngineProbe:
                     i * 1000,
                 )
 
+        rounds = max(1, draws) if sampling else 1
+        jobs = [
+            (d * len(prompts) + i, p, n)
+            for d in range(rounds)
+            for i, (p, n) in enumerate(zip(prompts, limits, strict=True))
+        ]
         async with aiohttp.ClientSession(headers=headers) as session:
-            return list(
-                await asyncio.gather(
-                    *(
-                        one(session, i, p, n)
-                        for i, (p, n) in enumerate(zip(prompts, limits, strict=True))
-                    )
-                )
-            )
+            return list(await asyncio.gather(*(one(session, j, p, n) for j, p, n in jobs)))
 
     async def greedy_token_ids(
         self,

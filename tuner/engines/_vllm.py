@@ -21,6 +21,7 @@ from tuner.engines._base import EngineConfig
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
 from tuner.engines._vllm_cpu_fix import (
+    EXPORT_NOTE,
     FIX_ENV,
     FIXED_NOTE,
     cpu_sampling_defect,
@@ -216,11 +217,7 @@ def export_cli(cfg: EngineConfig, base: Mapping[str, str] | None = None) -> str:
     shown = dict(env)
     if cfg.device == "cpu" and cfg.speculative_config:
         shown[FIX_ENV] = "1"  # the user's CPU server has the measured build's defect too
-        note += (
-            f"# {FIX_ENV}=1: vLLM's CPU build samples draft positions with uninitialised "
-            "temperature/top-p/top-k (sampled requests only); with spectune installed beside "
-            "vLLM its plugin fixes that, and leaves a build without the defect alone\n"
-        )
+        note += EXPORT_NOTE
     words = [f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items())]
     parts = ["vllm", "serve", cfg.model, *flags]
     return note + " ".join(words + [shlex.join(parts)])

@@ -28,6 +28,7 @@ from typing import Any
 
 __all__ = [
     "DEFECT",
+    "EXPORT_NOTE",
     "FIX_ENV",
     "FIXED_NOTE",
     "cpu_sampling_defect",
@@ -47,6 +48,11 @@ DEFECT = (
     "back), so draft tokens of sampled requests are verified with uninitialised values"
 )
 FIXED_NOTE = "SpecTune's launches fix it with their vLLM plugin (greedy is unaffected)"
+EXPORT_NOTE = (  # the ``#`` line of a speculative CPU export: the user's server has it too
+    f"# {FIX_ENV}=1: vLLM's CPU build samples draft positions with uninitialised "
+    "temperature/top-p/top-k (sampled requests only); with spectune installed beside "
+    "vLLM its plugin fixes that, and leaves a build without the defect alone\n"
+)
 
 
 def fixed_expand(

@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 MAX_FAILED_FRACTION = 0.0  # any failed request makes a point infeasible: its numbers lie
+# Draws of each prompt a sampled baseline is priced on: one draw's price moved by more than
+# its own error between draw sets on the tiny pair; four halve the error for a few more
+# requests of a launch already paid for (the price states its error: acceptance_rate_se).
+SAMPLED_DRAWS = 4
 
 
 class Server(Protocol):
@@ -294,12 +298,13 @@ def token_sequences(
     conversation, templated by the engine), the output the space's largest depth past
     ``max_tokens`` (the last round's drafts are judged too): what every proposer is priced
     on offline. Greedy, or under the workload's own sampling settings when it samples (its
-    own seed aside: the probe seeds each prompt). None when the engine does not return
+    own seed aside: the probe seeds each prompt), ``SAMPLED_DRAWS`` draws of each prompt
+    then. None when the engine does not return
     ids. ``concurrency``: requests in flight at once (the launch's batch size)."""
     wl = space.all_workloads[0]
     sampling = None
     if not wl.sampling.greedy:
-        sampling = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+        sampling = wl.sampling.unseeded()
     depth = max(
         (getattr(space.methods, m).num_speculative_tokens.max for m in space.methods.enabled()),
         default=0,
@@ -318,6 +323,7 @@ def token_sequences(
             concurrency=concurrency,
             extra=chat_extra(wl),
             sampling=sampling,
+            draws=SAMPLED_DRAWS,
         )
     )
     seqs = [[ids, out, [n]] for turns in got if turns is not None for ids, out, n in turns]
@@ -335,7 +341,7 @@ def sampled_outputs(
         return None
     ll = space.lossless
     chosen = prompts[wl.name][: ll.sampled_prompts]
-    settings = {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+    settings = wl.sampling.unseeded()
     return asyncio.run(
         server.probe.token_ids(
             server.base_url,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from tuner.offline._model import load_causal_lm
 from tuner.offline._rounds import TokenSequence
 
 __all__ = ["DraftGuesses"]
@@ -24,10 +25,8 @@ class DraftGuesses:
 
     def __init__(self, draft_dir: str | Path, seqs: Sequence[TokenSequence], device: str = "cpu"):
         import torch
-        from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32)
-        model.to(device).eval()
+        model = load_causal_lm(str(draft_dir), device)
         self.argmax: list[list[int]] = []
         with torch.inference_mode():
             for s in seqs:

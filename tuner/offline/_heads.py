@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.offline._graphs import Head, HeadUnsupported, load_head
+from tuner.offline._model import load_causal_lm
 from tuner.offline._rounds import TokenSequence
 
 __all__ = ["HEAD_METHODS", "HeadGuesses", "head_guesses"]
@@ -32,17 +33,7 @@ class _Target:
     hidden, the last layer's pre-norm output, or residual streams entering given layers."""
 
     def __init__(self, path: str, device: str) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging
-
-        was = logging.get_verbosity()
-        logging.set_verbosity_error()  # an MTP checkpoint's extra layers are expected
-        try:
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        finally:
-            logging.set_verbosity(was)
-        m = m.to(device).eval()
+        m = load_causal_lm(path, device, quiet=True)  # an MTP checkpoint's extra layers
         body = m.get_decoder()
         if not hasattr(body, "layers") or not hasattr(body, "norm"):
             raise HeadUnsupported(f"target {type(m).__name__}: no decoder layers and norm")

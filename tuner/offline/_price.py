@@ -5,7 +5,8 @@ models (one teacher-forced forward each) and EAGLE, EAGLE-3 and MiMo MTP heads (
 of the target for the features they read, then the head's own drafting chain). A head whose
 graph is not mirrored, or a checkpoint that does not load, is unpriced with the reason and
 launched to learn its acceptance, as before. Sampled traffic is priced on the baseline's
-sampled outputs with the target's probabilities of each round's guesses (``_sampled``).
+sampled outputs with the target's probabilities of each round's guesses (``_sampled``), a
+draft that samples its guesses with E[min(1, p/q)] a position (``_probabilistic``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tuner.hub import is_hub_id, local_view
 from tuner.offline._draft import DraftGuesses
 from tuner.offline._heads import HEAD_METHODS, head_guesses
 from tuner.offline._ngram import ngram_propose
+from tuner.offline._probabilistic import overlaps, price_probabilistic
 from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
 from tuner.offline._sampled import TargetProbs, draft_chains, price_sampled
 
@@ -67,6 +69,7 @@ class OfflinePrices:
                         "num_drafts": a.num_drafts,
                         "num_draft_tokens": a.num_draft_tokens,
                         "num_accepted_tokens": a.num_accepted_tokens,
+                        **_errors(a),
                     }
                     for k, a in depths.items()
                 }
@@ -88,7 +91,18 @@ class OfflinePrices:
                 drafts = int(a.get("num_drafts") or 0)
                 drafted = int(a.get("num_draft_tokens") or drafts * int(k))
                 acc = int(a.get("num_accepted_tokens") or round(sum(pp) * drafts))
-                by[key][int(k)] = OfflineAcceptance(int(k), pp, drafts, drafted, acc)
+                se = a.get("acceptance_rate_se")
+                pos = a.get("per_position_se")
+                by[key][int(k)] = OfflineAcceptance(
+                    int(k),
+                    pp,
+                    drafts,
+                    drafted,
+                    acc,
+                    (),
+                    None if se is None else float(se),
+                    None if pos is None else tuple(float(x) for x in pos),
+                )
         return cls(
             by,
             dict(d.get("unpriced") or {}),
@@ -96,6 +110,16 @@ class OfflinePrices:
             float(d.get("seconds") or 0),
             {k: float(v) for k, v in (d.get("size_ratio") or {}).items()},
         )
+
+
+def _errors(a: OfflineAcceptance) -> dict[str, Any]:
+    """A sampled price's standard errors, as stored (none for a greedy replay)."""
+    out: dict[str, Any] = {}
+    if a.acceptance_rate_se is not None:
+        out["acceptance_rate_se"] = round(a.acceptance_rate_se, 5)
+    if a.per_position_se is not None:
+        out["per_position_se"] = [round(x, 5) for x in a.per_position_se]
+    return out
 
 
 def _on_machine(model: str) -> tuple[str, str | None]:
@@ -181,11 +205,13 @@ def price_proposers(
             if why is not None:
                 unpriced[key] = f"not priced offline: draft {c['draft']}: {why}"
                 continue
-            if sampled and c.get("draft_sample_method") == "probabilistic":
-                unpriced[key] = (
-                    "not priced offline: a probabilistic draft under sampling "
-                    "(E[min(1, p/q)] is not computed yet)"
-                )
+            if probs is not None and sampling and c.get("draft_sample_method") == "probabilistic":
+                try:
+                    betas = overlaps(path, seqs, probs, sampling, device)
+                except (OSError, ValueError, RuntimeError, KeyError, ImportError, IndexError) as e:
+                    unpriced[key] = f"not priced offline: draft {c['draft']} did not load ({e})"
+                    continue
+                by[key] = price_probabilistic(seqs, top, max_tokens, betas)
                 continue
             if sampled:
                 try:

@@ -51,6 +51,10 @@ class OfflineAcceptance:
     num_draft_tokens: int
     num_accepted_tokens: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Standard errors over the sampled sequences (``_sampled``: each a draw of the target's
+    # distribution); None for a greedy replay, which is exact on its prompts.
+    acceptance_rate_se: float | None = None
+    per_position_se: tuple[float, ...] | None = None
 
     @property
     def acceptance_rate(self) -> float:

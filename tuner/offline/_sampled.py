@@ -9,8 +9,8 @@ round's own guesses gives every factor. The contexts are the baseline's sampled 
 lossless engine serves that very distribution, so they are a sample of the contexts a
 speculative engine meets. A round advances past the guesses the sample itself took, plus
 one (at temperature 0 this is the greedy replay exactly). With probabilistic drafting
-(``draft_sample_method: probabilistic``) the guess is itself a draw and the per-position
-rate would be E[min(1, p/q)]: not priced here, said so, and launched to learn.
+(``draft_sample_method: probabilistic``) the guess is itself a draw, accepted with
+probability min(1, p/q): ``_probabilistic`` prices that.
 """
 
 from __future__ import annotations
@@ -18,9 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tuner.offline._model import load_causal_lm, row_logits
 from tuner.offline._rounds import OfflineAcceptance, Proposer, TokenSequence
 
-__all__ = ["TargetProbs", "draft_chains", "price_sampled", "sampling_probs"]
+__all__ = [
+    "TargetProbs",
+    "draft_chains",
+    "price_sampled",
+    "ratio_se",
+    "sampling_probs",
+    "summarize",
+]
 
 _ROWS = 16  # rounds per target forward
 
@@ -51,32 +59,11 @@ def sampling_probs(logits: Any, sampling: Mapping[str, Any]) -> Any:
     return probs
 
 
-def _load(path: str, device: str) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-
-
-def _last_logits(model: Any, rows: Sequence[Sequence[int]], device: str) -> Any:
-    """Logits at every position of right-padded ``rows`` (one forward)."""
-    import torch
-
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, device=device)
-        mask[i, : len(r)] = 1
-    with torch.inference_mode():
-        return model(input_ids=ids, attention_mask=mask).logits
-
-
 class TargetProbs:
     """The target's sampling probabilities of each round's guesses."""
 
     def __init__(self, path: str, device: str = "cpu") -> None:
-        self.model, self.device = _load(path, device), device
+        self.model, self.device = load_causal_lm(path, device), device
 
     def of(
         self, rounds: Sequence[tuple[tuple[int, ...], Sequence[int]]], sampling: Mapping[str, Any]
@@ -85,7 +72,7 @@ class TargetProbs:
         out: list[list[float]] = []
         for lo in range(0, len(rounds), _ROWS):
             part = rounds[lo : lo + _ROWS]
-            logits = _last_logits(self.model, [tuple(c) + tuple(g) for c, g in part], self.device)
+            logits = row_logits(self.model, [tuple(c) + tuple(g) for c, g in part], self.device)
             for i, (ctx, guess) in enumerate(part):
                 if not guess:
                     out.append([])
@@ -95,6 +82,11 @@ class TargetProbs:
                 out.append([float(probs[j, int(t)]) for j, t in enumerate(guess)])
         return out
 
+    def along(self, tokens: Sequence[int], sampling: Mapping[str, Any]) -> Any:
+        """The sampling probabilities after every prefix of ``tokens`` (row t: the next
+        token after tokens[: t + 1]); one forward."""
+        return sampling_probs(row_logits(self.model, [tokens], self.device)[0], sampling)
+
 
 def draft_chains(
     path: str, seqs: Sequence[TokenSequence], depth: int, max_tokens: int, device: str = "cpu"
@@ -102,7 +94,7 @@ def draft_chains(
     """A draft model's own greedy chain from every round start of every sequence (``depth``
     forwards per batch of starts): under sampling a later guess follows the draft's earlier
     guesses, not the sample, since a guess the sample did not take may still be accepted."""
-    model = _load(path, device)
+    model = load_causal_lm(path, device)
     chains: dict[tuple[int, int], list[int]] = {}
     for n, s in enumerate(seqs):
         full, p = s.tokens, len(s.prompt)
@@ -113,7 +105,7 @@ def draft_chains(
             got: list[list[int]] = [[] for _ in part]
             for _ in range(depth):
                 rows = [full[:c] + tuple(g) for c, g in zip(part, got, strict=True)]
-                logits = _last_logits(model, rows, device)
+                logits = row_logits(model, rows, device)
                 for i, r in enumerate(rows):
                     got[i].append(int(logits[i, len(r) - 1].argmax()))
             chains.update({(n, c): g for c, g in zip(part, got, strict=True)})
@@ -133,7 +125,8 @@ def price_sampled(
     sampling: Mapping[str, Any],
 ) -> dict[int, OfflineAcceptance]:
     """Expected acceptance at every depth 1..``depth`` over the sampled sequences (module
-    docstring); the counts are expectations rounded to whole tokens."""
+    docstring), with its standard error over them; the counts are expectations rounded to
+    whole tokens."""
     walks: dict[int, list[tuple[int, int, int]]] = {}  # depth -> rounds (seq, ctx, guesses)
     need: dict[tuple[int, int], list[int]] = {}
     for k in range(1, depth + 1):
@@ -161,15 +154,40 @@ def price_sampled(
     probs = dict(zip(keys, got, strict=True))
     out: dict[int, OfflineAcceptance] = {}
     for k, walk in walks.items():
-        per_pos = [0.0] * k
-        drafted = 0
+        # Per sequence: rounds, drafted tokens, expected accepted at each position.
+        units: dict[int, list[float]] = {}
         for n, ctx, m in walk:
+            u = units.setdefault(n, [0.0, 0.0] + [0.0] * k)
+            u[0] += 1
+            u[1] += m
             run = 1.0
             for j, pj in enumerate(probs[(n, ctx)][:m]):
                 run *= pj
-                per_pos[j] += run
-            drafted += m
-        rounds = len(walk)
-        rates = tuple(c / rounds if rounds else 0.0 for c in per_pos)
-        out[k] = OfflineAcceptance(k, rates, rounds, drafted, round(sum(per_pos)))
+                u[2 + j] += run
+        out[k] = summarize(k, list(units.values()))
     return out
+
+
+def summarize(k: int, units: Sequence[Sequence[float]]) -> OfflineAcceptance:
+    """Expected acceptance at depth ``k`` from per-sequence sums ``[rounds, drafted tokens,
+    expected accepted at position 1..k]``, with standard errors over the sequences."""
+    rounds = sum(u[0] for u in units)
+    drafted = sum(u[1] for u in units)
+    per_pos = [sum(u[2 + j] for u in units) for j in range(k)]
+    rates = tuple(c / rounds if rounds else 0.0 for c in per_pos)
+    rate_se = ratio_se([sum(u[2:]) for u in units], [u[1] for u in units])
+    pos_se = tuple(ratio_se([u[2 + j] for u in units], [u[0] for u in units]) for j in range(k))
+    return OfflineAcceptance(
+        k, rates, int(rounds), int(drafted), round(sum(per_pos)), (), rate_se, pos_se
+    )
+
+
+def ratio_se(num: Sequence[float], den: Sequence[float]) -> float:
+    """Standard error of sum(num) / sum(den) over independent units (the delta method:
+    each unit a sampled sequence, whose rounds are not independent of each other)."""
+    n, total = len(num), sum(den)
+    if n < 2 or total <= 0:
+        return 0.0
+    r = sum(num) / total
+    resid = sum((a - r * d) ** 2 for a, d in zip(num, den, strict=True))
+    return (n / (n - 1) * resid) ** 0.5 / total

@@ -150,7 +150,7 @@ def propose(
         if inc is not None and v_hi <= inc:
             skipped.append(
                 f"{proposer_name(cand)}: even with no overhead but its own and acceptance "
-                f"+{ACCEPTANCE_MARGIN:g} a position, {metric} "
+                f"+{ACCEPTANCE_MARGIN:g} (or twice a sampled price's error) a position, {metric} "
                 f"{optimistic.metrics[metric]:.4g} cannot beat the incumbent {incumbent:.4g}"
             )
             continue

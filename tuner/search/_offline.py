@@ -140,7 +140,7 @@ def _sampling(space: SearchSpace) -> dict[str, Any] | None:
     wl = space.all_workloads[0]
     if wl.sampling.greedy:
         return None
-    return {k: v for k, v in wl.sampling.request().items() if k != "seed"}
+    return wl.sampling.unseeded()
 
 
 def _surface_prices(space: SearchSpace) -> OfflinePrices | None:
@@ -283,13 +283,20 @@ def offline_prediction(
     cost: StepCost,
     calibration: Calibration | float = 0.0,
     floor: float = 0.0,
+    se: Sequence[float] | None = None,
 ) -> tuple[Prediction, Prediction] | None:
     """(prediction, optimistic prediction) of depth ``k`` from the baseline alone; the
-    optimistic one has no overhead but ``floor`` a drafted token (the proposer's own)."""
+    optimistic one has no overhead but ``floor`` a drafted token (the proposer's own), and
+    each position's acceptance raised by ``ACCEPTANCE_MARGIN`` or, for a sampled price, by
+    twice its standard error ``se`` where that is more."""
     pred = predict_from_baseline(
         k, per_position, baseline, objective, cost.fixed, cost.per_token, cost.rel_sigma
     )
-    hi = [min(1.0, a + ACCEPTANCE_MARGIN) for a in per_position]
+    errs = (list(se or ()) + [0.0] * len(per_position))[: len(per_position)]
+    hi = [
+        min(1.0, a + max(ACCEPTANCE_MARGIN, 2 * e))
+        for a, e in zip(per_position, errs, strict=True)
+    ]
     best = predict_from_baseline(k, hi, baseline, objective, 0.0, floor, 0.0)
     if pred is None or best is None:
         return None
@@ -359,7 +366,7 @@ def offline_predictions(
             if acc is None or config_key(cand) in lay.taken or config_key(cand) in modelled:
                 continue
             got = offline_prediction(
-                k, acc.per_position_acceptance, base, metric, cost, cal, floor
+                k, acc.per_position_acceptance, base, metric, cost, cal, floor, acc.per_position_se
             )
             if got is not None and metric in got[0].metrics:
                 out.append((cand, *got))

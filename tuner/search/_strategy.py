@@ -175,13 +175,16 @@ class SearchStrategy:
         if acc is None:
             why = prices.unpriced.get(fk)
             return {"unpriced": why} if why else None
-        return {
+        note = {
             "acceptance_rate": round(acc.acceptance_rate, 4),
             "mean_acceptance_length": round(acc.mean_acceptance_length, 4),
             "per_position_acceptance": [round(a, 4) for a in acc.per_position_acceptance],
             "basis": prices.basis,
             "seconds": round(prices.seconds, 3),
         }
+        if acc.acceptance_rate_se is not None:  # a sampled price: its error over the draws
+            note["acceptance_rate_se"] = round(acc.acceptance_rate_se, 4)
+        return note
 
     def predictions(self) -> list[PredictedPoint]:
         """The depth model's predictions for every unlaunched depth of the launched

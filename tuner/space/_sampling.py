@@ -55,6 +55,11 @@ class SamplingSpec(StrictModel):
         greedy); what a measurement stores as its ``sampling``."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
+    def unseeded(self) -> dict[str, Any]:
+        """The distribution's settings without the seed: what offline pricing samples with
+        (its own seeds per prompt) and what two measurements must share to compare."""
+        return {k: v for k, v in self.request().items() if k != "seed"}
+
     def text(self) -> str:
         return sampling_text(self.request())
 

@@ -150,6 +150,14 @@ class TrialRecord(BaseModel):
         v = ((self.search or {}).get("offline") or {}).get("acceptance_rate")
         return None if v is None else float(v)
 
+    @computed_field(
+        description="standard error of offline_acceptance_rate over the baseline's sampled "
+        "outputs (sampled traffic only; a greedy price is exact on its prompts)"
+    )
+    def offline_acceptance_rate_se(self) -> float | None:
+        v = ((self.search or {}).get("offline") or {}).get("acceptance_rate_se")
+        return None if v is None else float(v)
+
     @computed_field(description="per-position acceptance predicted before the launch")
     def offline_per_position_acceptance(self) -> list[float] | None:
         v = ((self.search or {}).get("offline") or {}).get("per_position_acceptance")
