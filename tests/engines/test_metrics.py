@@ -127,9 +127,19 @@ def test_a_measured_rate_states_its_error_from_its_own_counters():
     assert acceptance_rate_se([], 0, 0) is None and acceptance_rate_se([0.5], 10, 0) is None
     fields = {f: None for f in Measurement.model_fields if f.endswith("_ms")}
     m = Measurement(
-        workload="w", concurrency=1, num_requests=1, num_ok=1, num_failed=0, duration_s=1.0,
-        output_tokens=1, output_tok_per_s=1.0, requests_per_s=1.0, goodput_req_per_s=1.0,
-        per_position_acceptance=pp, num_drafts=rounds, num_draft_tokens=rounds * k,
+        workload="w",
+        concurrency=1,
+        num_requests=1,
+        num_ok=1,
+        num_failed=0,
+        duration_s=1.0,
+        output_tokens=1,
+        output_tok_per_s=1.0,
+        requests_per_s=1.0,
+        goodput_req_per_s=1.0,
+        per_position_acceptance=pp,
+        num_drafts=rounds,
+        num_draft_tokens=rounds * k,
         **{**fields, "mean_queue_ms": None},
-    )  # fmt: skip
+    )
     assert m.model_dump()["acceptance_rate_se"] == pytest.approx(se)
