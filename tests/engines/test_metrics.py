@@ -107,7 +107,7 @@ def test_a_measured_rate_states_its_error_from_its_own_counters():
     simulated rounds (independent, the error's own assumption) spread as stated."""
     import random
 
-    from tuner.metrics import Measurement, acceptance_rate_se
+    from tuner.metrics import SpecStats, acceptance_rate_se
 
     rng, k, rounds = random.Random(7), 3, 400
     rates = []
@@ -125,21 +125,6 @@ def test_a_measured_rate_states_its_error_from_its_own_counters():
     se = acceptance_rate_se(pp, rounds, rounds * k)
     assert se == pytest.approx(spread, rel=0.15)
     assert acceptance_rate_se([], 0, 0) is None and acceptance_rate_se([0.5], 10, 0) is None
-    fields = {f: None for f in Measurement.model_fields if f.endswith("_ms")}
-    m = Measurement(
-        workload="w",
-        concurrency=1,
-        num_requests=1,
-        num_ok=1,
-        num_failed=0,
-        duration_s=1.0,
-        output_tokens=1,
-        output_tok_per_s=1.0,
-        requests_per_s=1.0,
-        goodput_req_per_s=1.0,
-        per_position_acceptance=pp,
-        num_drafts=rounds,
-        num_draft_tokens=rounds * k,
-        **{**fields, "mean_queue_ms": None},
-    )
+    spec = SpecStats(rounds, rounds * k, round(sum(pp) * rounds), None, None, pp)
+    m = summarize([], duration_s=1.0, workload="w", concurrency=1, spec=spec)
     assert m.model_dump()["acceptance_rate_se"] == pytest.approx(se)
