@@ -28,18 +28,20 @@ ran out before the winner had two launches.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Collection
 from typing import Any
 
 from tuner.context import JobContext, TrialEvent
 from tuner.engines import EngineConfig
-from tuner.launches import launch_count, launches_of, merge_launch
+from tuner.launches import launch_count, launch_values, launches_of, merge_launch
 from tuner.measure import Measurer, TrialFailed
 from tuner.pareto import Point, Report, job_report
+from tuner.stats import expected_gain
 from tuner.verdict import TIED
 
-__all__ = ["MAX_LAUNCHES", "Confirmation", "confirm", "next_launch"]
+__all__ = ["MAX_LAUNCHES", "Confirmation", "confirm", "next_launch", "worth_a_launch"]
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +61,38 @@ def _noise_only(p: Point) -> bool:
     return bool(p.violations) and all(v.startswith("noisy") for v in p.violations)
 
 
+def worth_a_launch(rep: Report, p: Point, w: Point, margin: float, min_gain: float) -> bool:
+    """Whether another launch of finalist ``p`` may still find it better than the winner
+    ``w`` by more than ``margin``: its expected gain (``tuner.stats.expected_gain``, over the
+    log ratio of their launches with the job's between-launch spread) is at least
+    ``min_gain``, the search's own stop rule (``tuner.search._stop``). Without a spread, or
+    with ``min_gain`` 0, every finalist is."""
+    metric, direction = rep.objectives[0]
+    spread = rep.spreads.get(metric)
+    vp, vw = launch_values(p.metrics, metric), launch_values(w.metrics, metric)
+    if min_gain <= 0 or spread is None or not vp or not vw or min(vp + vw) <= 0:
+        return True
+    sign = 1.0 if direction == "maximize" else -1.0
+    mean = sum(math.log(v) for v in vp) / len(vp) - sum(math.log(v) for v in vw) / len(vw)
+    sd = spread.log_sd * math.sqrt(1.0 / len(vp) + 1.0 / len(vw))
+    return expected_gain(sign * mean, sd, margin) >= min_gain
+
+
 def next_launch(
-    rep: Report, finalists: int, failed: Collection[int] = (), budget_left: int | None = None
+    rep: Report,
+    finalists: int,
+    failed: Collection[int] = (),
+    budget_left: int | None = None,
+    *,
+    margin: float = 0.0,
+    min_gain: float = 0.0,
 ) -> int | None:
     """The trial to launch next to confirm the report's winner (module docstring), or None
     when nothing more is worth a launch. With ``budget_left`` launches left and no more than
     the baseline and the winner still owe (each to two launches), those come first: a noisy
-    point launched again must not leave the answer itself unconfirmed."""
+    point launched again must not leave the answer itself unconfirmed. A finalist is
+    launched only while ``worth_a_launch`` (``margin``, ``min_gain``: the search's stop
+    rule); one that is not is named as equivalent or beaten, as its interval says."""
 
     def room(p: Point) -> bool:  # every launch counts here, disturbed or not
         return p.trial_number not in failed and len(launches_of(p.metrics)) < MAX_LAUNCHES
@@ -101,6 +128,7 @@ def next_launch(
         for p in _rank(rep, rep.points)
         if p.feasible and p.method != "none" and p.trial_number != w.trial_number
     ][: max(0, finalists - 1)]
+    rivals = [p for p in rivals if worth_a_launch(rep, p, w, margin, min_gain)]
     short = [p for p in rivals if launch_count(p.metrics) < 2 and room(p)]
     if short:  # every finalist to two launches: a runner-up launched once may be unlucky
         return short[0].trial_number
@@ -142,8 +170,15 @@ class Confirmation:
         left = self.budget_left - reserve
         if not self.enabled or left <= 0:
             return None
-        top = self.ctx.space.measurement.confirm_top
-        return next_launch(rep, top, self.failed, budget_left=left)
+        space = self.ctx.space
+        return next_launch(
+            rep,
+            space.measurement.confirm_top,
+            self.failed,
+            budget_left=left,
+            margin=space.stop_margin,
+            min_gain=space.stop_min_gain,
+        )
 
     def launch(self, number: int) -> bool:
         """One confirmation launch of ``number``; False when it failed."""

@@ -20,6 +20,7 @@ __all__ = [
     "MAD_SCALE",
     "STAT_METRICS",
     "aggregate",
+    "expected_gain",
     "noise_score",
     "relative_mad",
     "relaunch_interval",
@@ -78,6 +79,20 @@ def t975(df: int) -> float:
     if df < 1:
         return math.inf
     return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def expected_gain(log_ratio: float, log_sd: float, margin: float = 0.0) -> float:
+    """Expected improvement beyond ``margin`` (a share) of a value whose log ratio to the
+    incumbent is normal(``log_ratio``, ``log_sd``): E[max(0, X - log(1 + margin))], about the
+    expected relative gain a launch would find. Jones, Schonlau and Welch (1998) stop a search
+    once no candidate's expected improvement reaches 1 % of the incumbent."""
+    mu = log_ratio - math.log1p(margin)
+    if log_sd <= 0:
+        return max(0.0, mu)
+    z = mu / log_sd
+    pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
+    return log_sd * pdf + mu * cdf
 
 
 def summary(values: Sequence[float], *, floor: float | None = 0.0) -> dict[str, float]:

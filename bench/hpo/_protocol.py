@@ -37,9 +37,23 @@ def draw_index(seed: int, key: str, nth: int, level: str, n: int) -> int:
 
     A hash of (seed, configuration, query number, level), not a shared RNG stream, so every
     strategy run with the same seed sees the same draws for the same query (common random
-    numbers: the paired comparison measures the search, not the luck of the draw)."""
-    h = hashlib.sha256(f"{seed}|{key}|{nth}|{level}".encode()).digest()
-    return int.from_bytes(h[:8], "little") % n
+    numbers: the paired comparison measures the search, not the luck of the draw).
+
+    The first ``n`` queries draw without replacement (the first as it always has, the rest
+    in a seeded order of the others): a relaunch measures a new launch, and two launches of
+    one configuration never repeat the same numbers, which no real relaunch does (drawn with
+    replacement, one pair in three was identical and the job's between-launch spread read
+    0). Past ``n`` queries, with replacement."""
+
+    def h(i: int) -> int:
+        d = hashlib.sha256(f"{seed}|{key}|{i}|{level}".encode()).digest()
+        return int.from_bytes(d[:8], "little")
+
+    first = h(0) % n
+    if nth == 0 or nth >= n:
+        return h(nth) % n
+    rest = sorted((i for i in range(n) if i != first), key=lambda i: h(-1 - i))
+    return rest[nth - 1]
 
 
 def _runs(m: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,9 @@ included, and the answer is scored by the surface's truth (``Truth``).
 - ``spectune``: the product's ``run_job`` (``engine.kind: replay``) with ``trials`` = the
   benchmark's budget as a cap only, ``stop_early`` on (the job closes the search when nothing
   left can win, ``tuner.search._stop``) and the measurement confirmation ON with the product
-  defaults ``confirm_top: 2``, ``confirm_budget: 4`` (the surfaces record ``confirm_top: 0``).
+  defaults ``confirm_top: 2``, ``confirm_budget: 4`` (the surfaces record ``confirm_top: 0``),
+  and without the recorded space's ``start_with`` (a user's own guesses; the default job,
+  ``search_spaces/tiny-cpu.yaml``, has none: it launches what its prices say can win).
   The replay measurer is marked ``live`` for the run (bench only), else ``tuner.confirm``
   skips a replay. Launches = every engine launch the replay engine answered (search trials
   launched, a failed launch included, + confirmation launches; a reused measurement is not
@@ -128,6 +130,7 @@ def spectune_whole(
         offline_pricing=offline,
         measurement=measurement,
         stop_early=True,
+        start_with=[],  # the product's default job has no start points (tiny-cpu.yaml)
     )
     log: list[Observation] = []
     with replay_store("spectune-whole-") as (store, tmp):

@@ -37,6 +37,18 @@ def test_draw_index_is_seeded_and_covers_every_repeat() -> None:
     assert draws != [draw_index(8, "cfg", nth, "chat@1", 3) for nth in range(300)]
 
 
+def test_a_relaunch_draws_a_repeat_the_earlier_launches_did_not() -> None:
+    """The first n queries of a configuration are a permutation of its n repeats, the first
+    drawn as before (by the hash of query 0): two launches never answer the same numbers."""
+    import hashlib
+
+    for seed in range(20):
+        first = [draw_index(seed, f"c{seed}", nth, "chat@1", 3) for nth in range(3)]
+        assert sorted(first) == [0, 1, 2]
+        h = hashlib.sha256(f"{seed}|c{seed}|0|chat@1".encode()).digest()
+        assert first[0] == int.from_bytes(h[:8], "little") % 3
+
+
 def test_a_query_returns_one_recorded_repeat_and_asking_again_draws_again(truth: Truth) -> None:
     c = truth.grid[5]
     pt = truth.surface.lookup(c)

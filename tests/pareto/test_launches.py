@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tuner.confirm import MAX_LAUNCHES, Confirmation, next_launch
+from tuner.confirm import MAX_LAUNCHES, Confirmation, next_launch, worth_a_launch
 from tuner.explain import launch_sentences
 from tuner.launches import (
     BETWEEN,
@@ -281,7 +281,11 @@ def test_a_noisy_point_that_would_beat_the_winner_is_launched_again_first():
 
 
 def test_the_search_keeps_one_confirmation_launch_for_a_winner_it_finds_later():
-    space = SimpleNamespace(measurement=SimpleNamespace(confirm_top=1, confirm_budget=2))
+    space = SimpleNamespace(
+        measurement=SimpleNamespace(confirm_top=1, confirm_budget=2),
+        stop_margin=0.03,
+        stop_min_gain=0.01,
+    )
     conf = Confirmation(SimpleNamespace(space=space), SimpleNamespace(live=True))
     rep = _report({0: ("none", _point_of(300.0, 290.0)), 1: ("ngram", _point_of(500.0))})
     assert conf.next(rep) == 1 and conf.next(rep, reserve=1) == 1
@@ -304,3 +308,29 @@ def test_the_runner_up_is_launched_twice_even_when_one_launch_set_it_apart():
     assert next_launch(rep, finalists=3, failed={2}) == 3
     pts[2] = ("ngram", _point_of(480.0, 470.0))
     assert next_launch(_report(pts), finalists=2) is None  # told apart, and the verdict pays
+
+
+def test_a_finalist_is_launched_again_only_while_it_may_still_win():
+    """A runner-up launched once at 495 against a winner at 500 and 510: with the job's
+    narrow spread it cannot gain 1 % beyond +3 %, so it is not launched again (it is named as
+    equivalent or beaten by its interval); with a wide spread it may, and it is. With no
+    gain asked (min_gain 0) every finalist gets its second launch, as before."""
+    narrow = _report(
+        {
+            0: ("none", _point_of(300.0, 301.0)),
+            1: ("ngram", _point_of(500.0, 510.0)),
+            2: ("ngram", _point_of(495.0)),
+        }
+    )
+    assert next_launch(narrow, finalists=2) == 2
+    assert next_launch(narrow, finalists=2, margin=0.03, min_gain=0.01) is None
+    assert not worth_a_launch(narrow, narrow.points[2], narrow.points[1], 0.03, 0.01)
+    wide = _report(
+        {
+            0: ("none", _point_of(300.0, 220.0)),
+            1: ("ngram", _point_of(500.0, 510.0)),
+            2: ("ngram", _point_of(495.0)),
+        }
+    )
+    assert worth_a_launch(wide, wide.points[2], wide.points[1], 0.03, 0.01)
+    assert next_launch(wide, finalists=2, margin=0.03, min_gain=0.01) == 2

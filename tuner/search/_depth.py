@@ -32,6 +32,7 @@ that launched it and shown as predicted, with its error once measured.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,14 @@ class Calibration:
 
     median: float = 0.0
     n: int = 0
+    # The median log ratio measured / predicted, shrunk by n / (n + 1) toward 0: a model's
+    # steady bias (an n-gram's verify cost grows with how often it drafts, which the step-cost
+    # model does not see) corrected, not only widened into its band.
+    bias: float = 0.0
+
+    def correct(self, value: float) -> float:
+        """``value`` with the measured bias taken out."""
+        return value * math.exp(self.bias)
 
     def band(self, model: float) -> float:
         """A new prediction's band, given the model's own (a priori) ``model`` band. With

@@ -9,6 +9,7 @@ would price the queue as the proposer's cost."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -75,22 +76,37 @@ def prediction_source(predicted: dict[str, Any]) -> str | None:
 
 
 def calibration(
-    rows: Iterable[Any], metric: str, level: tuple[str, int], source: str | None = None
+    rows: Iterable[Any],
+    metric: str,
+    level: tuple[str, int],
+    source: str | None = None,
+    method: str | None = None,
+    correct: bool = False,
 ) -> Calibration:
     """The median relative error of this job's earlier predictions of ``metric`` (only
-    those ``source`` made, when given). Why by source: a prior's error says nothing of a
-    model fitted on launches, nor the offline model's of the depth model's."""
+    those ``source`` made, of ``method``'s proposers, when given). Why by source: a prior's
+    error says nothing of a model fitted on launches, nor the offline model's of the depth
+    model's; by method: a draft model's step cost is scaled from other launches, an n-gram's
+    is its own method's, so one's error says little of the other's. With ``correct`` the
+    median log error (shrunk) is the model's bias (``Calibration.correct``) and the band is
+    the errors' scale around it."""
     errs = []
     for r in rows:
         predicted = (getattr(r, "search", None) or {}).get("predicted") or {}
         pred = predicted.get("value")
         if source is not None and prediction_source(predicted) != source:
             continue
+        if method is not None and (getattr(r, "params", None) or {}).get("method") != method:
+            continue
         m = primary(r, level) if r.state == TrialState.COMPLETE else None
         m = search_launch(m) if m else None
-        if pred and m and m.get(metric):
-            errs.append(abs(float(m[metric]) - pred) / abs(pred))
-    return Calibration(min(0.5, statistics.median(errs)), len(errs)) if errs else Calibration()
+        if pred and m and m.get(metric) and (pred > 0) == (float(m[metric]) > 0):
+            errs.append(math.log(float(m[metric]) / pred))
+    if not errs:
+        return Calibration()
+    bias = statistics.median(errs) * len(errs) / (len(errs) + 1) if correct else 0.0
+    scale = statistics.median(abs(math.expm1(e - bias)) for e in errs)
+    return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
 
 
 def baseline_for(

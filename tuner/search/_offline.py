@@ -72,6 +72,9 @@ _PRIOR_SIGMA = 0.5  # relative band of a prediction on the prior cost alone
 _VERIFY_SIGMA = 0.2
 # Added when a model proposer's share is scaled from another launched model proposer's.
 _SCALE_SIGMA = 0.1
+# A depth launched once: its step cost is measured there (the acceptance, which differs by
+# lookup or draft, is priced apart); what is left is the drafted count's own variation.
+_SAME_DEPTH_SIGMA = 0.05
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,16 @@ class StepCost:
     per_token: float
     rel_sigma: float
     how: str
+    # The one launched depth the split was taken at: there the step is measured, not split,
+    # so the band grows from ``_SAME_DEPTH_SIGMA`` with the distance from it.
+    anchor: int | None = None
+
+    def band(self, k: int) -> float:
+        """The relative band of a prediction at depth ``k``."""
+        if self.anchor is None or self.anchor < 1:
+            return self.rel_sigma
+        far = min(1.0, abs(k - self.anchor) / self.anchor)
+        return _SAME_DEPTH_SIGMA + (self.rel_sigma - _SAME_DEPTH_SIGMA) * far
 
 
 def offline_prices(
@@ -215,7 +228,8 @@ def step_costs(
     if own:
         d, e = max(own)
         e = max(0.0, e)
-        return StepCost(e / 2, e / (2 * d), 0.25, "its method's one launched depth, split")
+        how = f"its method's one launched depth ({d}), split"
+        return StepCost(e / 2, e / (2 * d), 0.25, how, anchor=d)
     v = min(verify) if verify else _VERIFY_PER_TOKEN
     share = proposer_share(space, c, sizes)
     scaled = _scaled_share(space, c, models, v, sizes)
@@ -290,7 +304,7 @@ def offline_prediction(
     each position's acceptance raised by ``ACCEPTANCE_MARGIN`` or, for a sampled price, by
     twice its standard error ``se`` where that is more."""
     pred = predict_from_baseline(
-        k, per_position, baseline, objective, cost.fixed, cost.per_token, cost.rel_sigma
+        k, per_position, baseline, objective, cost.fixed, cost.per_token, cost.band(k)
     )
     errs = (list(se or ()) + [0.0] * len(per_position))[: len(per_position)]
     hi = [
@@ -304,12 +318,15 @@ def offline_prediction(
         *pred.notes,
         f"step cost: {cost.how} (fixed {cost.fixed:.2f}, {cost.per_token:.3f} a token)",
     )
-    sigma = (
-        calibration.band(pred.rel_sigma)
-        if isinstance(calibration, Calibration)
-        else (pred.rel_sigma + calibration)
-    )
-    return Prediction(k, pred.metrics, sigma, pred.basis, pred.anchor, notes), best
+    metrics = dict(pred.metrics)
+    if isinstance(calibration, Calibration):
+        sigma = calibration.band(pred.rel_sigma)
+        if calibration.bias and objective in metrics:
+            metrics[objective] = calibration.correct(float(metrics[objective]))
+            notes = (*notes, f"x{math.exp(calibration.bias):.3f}: this job's measured bias")
+    else:
+        sigma = pred.rel_sigma + calibration
+    return Prediction(k, metrics, sigma, pred.basis, pred.anchor, notes), best
 
 
 def proposer_name(c: dict[str, Any]) -> str:
@@ -338,7 +355,7 @@ def offline_predictions(
         for r in rows
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
-    cal = calibration(rows, metric, level, "offline")
+    cals: dict[str, Calibration] = {}
     out = []
     for fk, members in lay.families.items():
         if fk not in prices.by_proposer:
@@ -359,15 +376,18 @@ def offline_predictions(
             continue
         cost = step_costs(space, pts, base, members[0], prices.size_ratio)
         floor = proposer_share(space, members[0], prices.size_ratio)
+        method = str(members[0]["method"])
+        if method not in cals:
+            cals[method] = calibration(rows, metric, level, "offline", method, correct=True)
+        cal = cals[method]
         for c in members:
             cand = lay.place(c)
             k = int(c["num_speculative_tokens"])
             acc = prices.get(fk, k)
             if acc is None or config_key(cand) in lay.taken or config_key(cand) in modelled:
                 continue
-            got = offline_prediction(
-                k, acc.per_position_acceptance, base, metric, cost, cal, floor, acc.per_position_se
-            )
+            per_pos, se = acc.per_position_acceptance, acc.per_position_se
+            got = offline_prediction(k, per_pos, base, metric, cost, cal, floor, se)
             if got is not None and metric in got[0].metrics:
                 out.append((cand, *got))
     return out

@@ -16,7 +16,14 @@ configuration of the objective class it has not launched:
   winner's, and with many near ties (n-gram lookups a few % apart) every band would reach the
   bare bound, so nothing would ever stop the search short of its cap.
 
-A configuration whose optimism cannot reach that bound cannot win, and is not launched. A
+A configuration whose optimism cannot reach that bound cannot win, and is not launched. One
+that can reach it is launched only while its expected gain is worth a launch: the expected
+improvement beyond ``stop_margin`` over the winner (log-normal, the prediction's band as
+~2 sigma, the winner's own interval in quadrature) must reach ``stop_min_gain`` (1 %) of the
+winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). A near tie, whose
+band reaches the bound but whose expected gain is below that, is named in the reason
+("priced near ties") and not launched: a launch of it would most likely measure a tie the
+job could not tell apart from the winner. A
 proposer nothing can price yet (not priced offline, never launched: an unpriced method, a
 sampled workload, another target's checkpoint) and another batch class's baseline and winner
 (``_batches``) are unknown: one launch would tell, so the search goes on. When neither kind is
@@ -25,6 +32,7 @@ left, the search is over and the job says why, with the numbers (``Outlook.reaso
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +48,7 @@ from tuner.search._layout import Layout, config_key, family_key
 from tuner.search._offline import offline_predictions, proposer_name
 from tuner.search._predicted import PredictedPoint
 from tuner.space import SearchSpace
-from tuner.stats import t975
+from tuner.stats import expected_gain, t975
 from tuner.storage import TrialState
 
 __all__ = ["Candidate", "Outlook", "outlook", "winner_bound"]
@@ -57,6 +65,7 @@ class Candidate:
     optimistic: float | None  # the good end of the prediction's band
     how: str  # "offline", "depth model", or why it cannot be priced yet
     note: dict[str, Any] | None = None  # the prediction as a trial stores it (``predicted``)
+    gain: float | None = None  # expected gain beyond the margin, a share of the winner's value
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ class Outlook:
     hopeful: tuple[Candidate, ...]  # their optimism reaches the bound
     unknown: tuple[Candidate, ...]  # nothing prices them without a launch
     top: float | None = None  # the best optimistic value of any priced configuration
+    near: tuple[Candidate, ...] = ()  # optimism reaches the bound, expected gain too small
+    min_gain: float = 0.0
     # Proposers priced and never launched: (name, best optimistic value; None: even that
     # breaks the SLO), so a user reads which were not launched and why.
     unlaunched: tuple[tuple[str, float | None], ...] = ()
@@ -125,6 +136,15 @@ class Outlook:
         if not self.can_win:
             if not self.priced:
                 return f"nothing left to launch: every configuration was launched ({bound})"
+            if self.near:
+                g = max(float(c.gain or 0.0) for c in self.near)
+                return (
+                    f"nothing left can win: {self.priced} configurations priced; "
+                    f"{len(self.near)} near ties reach {bound} (trial {self.winner}, "
+                    f"{self.bound_how}) but expect at most {100 * g:.2g} % beyond it, "
+                    f"below the {100 * self.min_gain:g} % worth a launch; the rest cannot "
+                    "reach it" + self._not_launched()
+                )
             return (
                 f"nothing left can win: {self.priced} configurations priced, best optimistic "
                 f"{self.metric} {_num(self.top)} {'<' if self.maximize else '>'} {bound} "
@@ -244,9 +264,20 @@ def outlook(
     if batch is not None:
         unknown.append(Candidate(batch.params, None, None, batch.why))
 
-    hopeful = tuple(
+    reach = [
         c for c in cands if bound is None or c.optimistic is None or _reaches(c, bound, maximize)
+    ]
+    w_log_sd = _winner_log_sd(rep, metric, got)
+    wv = float(rep.winner.metrics[metric]) if winner is not None and rep.winner else None
+    if wv is not None and wv > 0 and space.stop_min_gain > 0:
+        reach = [_with_gain(c, wv, w_log_sd, space.stop_margin, maximize) for c in reach]
+    wp = dict(rep.winner.params) if winner is not None and rep.winner is not None else {}
+    hopeful = tuple(
+        c
+        for c in reach
+        if c.gain is None or c.gain >= space.stop_min_gain or _neighbour(c.params, wp)
     )
+    near = tuple(c for c in reach if c not in hopeful)
     values = [float(c.optimistic) for c in cands if c.optimistic is not None]
     top = (max if maximize else min)(values) if values else None
     unlaunched = tuple(
@@ -259,8 +290,56 @@ def outlook(
         for fk, v in fam_best.items()
     )
     return Outlook(
-        metric, maximize, winner, bound, how, priced, hopeful, tuple(unknown), top, unlaunched
+        metric,
+        maximize,
+        winner,
+        bound,
+        how,
+        priced,
+        hopeful,
+        tuple(unknown),
+        top,
+        near=near,
+        min_gain=space.stop_min_gain,
+        unlaunched=unlaunched,
     )
+
+
+def _neighbour(c: dict[str, Any], winner: dict[str, Any]) -> bool:
+    """Whether ``c`` is the winner's own proposer one depth up or down: the likeliest
+    improvement, and the one the depth model prices worst from a single launched depth (it
+    only brackets how a step's cost splits between fixed and per-token), so its band's
+    expected gain is not trusted to rule it out."""
+    k, kw = c.get("num_speculative_tokens"), winner.get("num_speculative_tokens")
+    if k is None or kw is None:
+        return False
+    return family_key(c) == family_key(winner) and abs(int(k) - int(kw)) == 1
+
+
+def _winner_log_sd(rep: Report, metric: str, got: tuple[float, str] | None) -> float:
+    """The winner's own uncertainty on the log scale: its bound's half-width over the t (or
+    normal) quantile it was taken with; 0 without an interval."""
+    w = rep.winner
+    if got is None or w is None or not w.metrics.get(metric):
+        return 0.0
+    half = abs(math.log(float(w.metrics[metric]) / got[0])) if got[0] > 0 else 0.0
+    spread = rep.spreads.get(metric)
+    q = t975(spread.df) if spread is not None and launch_values(w.metrics, metric) else 1.96
+    return half / q if math.isfinite(q) and q > 0 else 0.0
+
+
+def _with_gain(
+    c: Candidate, winner: float, w_log_sd: float, margin: float, maximize: bool
+) -> Candidate:
+    """``c`` with its expected gain over the winner beyond ``margin`` (its band taken as
+    ~2 sigma; the winner's uncertainty added in quadrature)."""
+    if c.predicted is None or c.optimistic is None or c.predicted <= 0 or c.optimistic <= 0:
+        return c
+    sign = 1.0 if maximize else -1.0
+    band_sd = abs(math.log(c.optimistic / c.predicted)) / 1.96
+    sd = math.hypot(band_sd, w_log_sd)
+    gain = expected_gain(sign * math.log(c.predicted / winner), sd, margin)
+    return dataclasses.replace(c, gain=gain)
 
 
 def _reaches(c: Candidate, bound: float, maximize: bool) -> bool:

@@ -234,6 +234,13 @@ class SearchSpace(StrictModel):
         "winner's lower bound by more than this share of the winner's value to be launched "
         "(a smaller gain is practically the winner's); 0: any gain.",
     )
+    stop_min_gain: Annotated[float, Field(ge=0, le=0.5)] = Field(
+        0.01,
+        description="guided search and confirmation: launch a configuration only while its "
+        "expected gain beyond stop_margin over the winner (expected improvement, from its "
+        "prediction's band or its launches' spread) is at least this share of the winner's "
+        "value (Jones et al. 1998 stop at 1 %); 0: whatever can reach the winner's bound.",
+    )
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
         0, description="Optuna's sampler seed (0 to 2**32-1)"
     )

@@ -1,0 +1,111 @@
+"""What is worth a launch (issue 32): the expected gain beyond the margin (the stop rule of
+Jones, Schonlau and Welch's EGO), a near tie named rather than launched, the winner's own
+neighbouring depths kept, a same-depth step cost's narrow band, and a prediction model's
+measured bias taken out rather than only widened into its band."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.search import Candidate, Outlook
+from tuner.search._layout import calibration
+from tuner.search._offline import StepCost
+from tuner.search._stop import _neighbour, _with_gain
+from tuner.stats import expected_gain
+from tuner.storage import TrialState
+
+NGRAM = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+
+
+def test_expected_gain_is_the_expected_improvement_beyond_the_margin():
+    """E[max(0, X - log(1 + margin))] for a normal X, checked against a Monte Carlo draw."""
+    assert expected_gain(0.0, 1.0) == pytest.approx(1.0 / math.sqrt(2.0 * math.pi))
+    x = np.random.default_rng(0).normal(0.01, 0.06, 400_000)
+    want = float(np.maximum(0.0, x - math.log1p(0.03)).mean())
+    assert expected_gain(0.01, 0.06, 0.03) == pytest.approx(want, abs=2e-4)
+    assert expected_gain(0.1, 0.0, 0.03) == pytest.approx(0.1 - math.log1p(0.03))
+    assert expected_gain(-0.1, 0.0) == 0.0
+    assert expected_gain(-0.05, 0.1) > expected_gain(-0.05, 0.05) > 0.0
+
+
+def test_a_near_tie_expects_too_little_and_a_contender_enough():
+    """Against a winner at 100: a candidate predicted 99 (band to 105) expects far below 1 %
+    beyond +3 %; one predicted 110 (band to 130) expects more than 1 %."""
+    near = _with_gain(Candidate(NGRAM, 99.0, 105.0, "offline"), 100.0, 0.0, 0.03, True)
+    good = _with_gain(Candidate(NGRAM, 110.0, 130.0, "offline"), 100.0, 0.0, 0.03, True)
+    assert near.gain is not None and near.gain < 0.01 < float(good.gain or 0.0)
+    # the winner's own uncertainty adds to the candidate's band
+    wider = _with_gain(Candidate(NGRAM, 99.0, 105.0, "offline"), 100.0, 0.05, 0.03, True)
+    assert float(wider.gain or 0.0) > near.gain
+    # a latency to minimize: lower is the gain
+    low = _with_gain(Candidate(NGRAM, 9.0, 8.0, "offline"), 10.0, 0.0, 0.03, False)
+    assert float(low.gain or 0.0) > 0.05
+
+
+def test_near_ties_are_named_in_the_reason_and_do_not_keep_the_search_open():
+    c = Candidate({**NGRAM, "num_speculative_tokens": 3}, 99.0, 105.0, "offline", gain=0.004)
+    look = Outlook(
+        "output_tok_per_s",
+        True,
+        3,
+        100.0,
+        "2 launches, between-launch spread",
+        5,
+        (),
+        (),
+        105.0,
+        near=(c,),
+        min_gain=0.01,
+    )
+    assert not look.can_win
+    assert look.reason() == (
+        "nothing left can win: 5 configurations priced; 1 near ties reach the winner's lower "
+        "bound 100 (trial 3, 2 launches, between-launch spread) but expect at most 0.4 % "
+        "beyond it, below the 1 % worth a launch; the rest cannot reach it"
+    )
+
+
+def test_the_winners_own_neighbouring_depths_are_kept():
+    w = {**NGRAM, "num_speculative_tokens": 3, "max_num_seqs": 4}
+    assert _neighbour({**w, "num_speculative_tokens": 2}, w)
+    assert _neighbour({**w, "num_speculative_tokens": 4}, w)
+    assert not _neighbour({**w, "num_speculative_tokens": 5}, w)
+    assert not _neighbour({**w, "prompt_lookup_min": 1, "num_speculative_tokens": 2}, w)
+    assert not _neighbour({"method": "none"}, w)
+
+
+def test_a_step_cost_split_at_one_depth_is_measured_there():
+    """At the launched depth the step is measured (5 %), the split's band grows with the
+    distance from it up to the whole split's (25 %); without an anchor, the model's own."""
+    cost = StepCost(0.1, 0.02, 0.25, "its method's one launched depth (4), split", anchor=4)
+    assert cost.band(4) == pytest.approx(0.05)
+    assert cost.band(2) == pytest.approx(0.15)
+    assert cost.band(8) == cost.band(12) == pytest.approx(0.25)
+    assert StepCost(0.0, 0.05, 0.5, "prior").band(3) == pytest.approx(0.5)
+
+
+class _Row:
+    def __init__(self, n: int, method: str, predicted: float, measured: float) -> None:
+        self.number, self.state = n, TrialState.COMPLETE
+        self.params = {"method": method}
+        self.search = {"predicted": {"value": predicted, "notes": ["step cost: split"]}}
+        self.measurements = [
+            type("M", (), {"workload": "w", "concurrency": 1, "metrics": {"x": measured}})()
+        ]
+
+
+def test_a_models_steady_bias_is_taken_out_and_its_band_is_the_scatter_around_it():
+    """Three n-gram predictions 10 % high: the bias log(100/110), shrunk by 3/4, corrects
+    the next one; the band is what is left around it. A draft model's errors stay apart."""
+    rows = [_Row(i, "ngram", 110.0, 100.0) for i in range(3)] + [_Row(9, "draft_model", 50, 100)]
+    cal = calibration(rows, "x", ("w", 1), "offline", "ngram", correct=True)
+    assert cal.n == 3
+    assert cal.bias == pytest.approx(math.log(100 / 110) * 3 / 4)
+    assert cal.correct(110.0) == pytest.approx(110.0 * (100 / 110) ** 0.75)
+    assert cal.median == pytest.approx(abs(math.expm1(math.log(100 / 110) / 4)))
+    plain = calibration(rows, "x", ("w", 1), "offline", "ngram")
+    assert plain.bias == 0.0 and plain.median == pytest.approx(10 / 110)
+    assert calibration(rows, "x", ("w", 1), "offline", "eagle").n == 0
