@@ -64,7 +64,9 @@ def test_near_ties_are_named_in_the_reason_and_do_not_keep_the_search_open():
     assert look.reason() == (
         "nothing left can win: 5 configurations priced; 1 near ties reach the winner's lower "
         "bound 100 (trial 3, 2 launches, between-launch spread) but expect at most 0.4 % "
-        "beyond it, below the 1 % worth a launch; the rest cannot reach it"
+        "beyond it (method=ngram num_speculative_tokens=3 prompt_lookup_min=2 "
+        "prompt_lookup_max=3 predicted 99), below the 1 % worth a launch; the rest cannot "
+        "reach it"
     )
 
 

@@ -137,13 +137,15 @@ class Outlook:
             if not self.priced:
                 return f"nothing left to launch: every configuration was launched ({bound})"
             if self.near:
-                g = max(float(c.gain or 0.0) for c in self.near)
+                top = max(self.near, key=lambda c: float(c.gain or 0.0))
+                g = float(top.gain or 0.0)
                 return (
                     f"nothing left can win: {self.priced} configurations priced; "
                     f"{len(self.near)} near ties reach {bound} (trial {self.winner}, "
-                    f"{self.bound_how}) but expect at most {100 * g:.2g} % beyond it, "
-                    f"below the {100 * self.min_gain:g} % worth a launch; the rest cannot "
-                    "reach it" + self._not_launched()
+                    f"{self.bound_how}) but expect at most {100 * g:.2g} % beyond it "
+                    f"({proposer_name(top.params)} predicted {_num(top.predicted)}), below "
+                    f"the {100 * self.min_gain:g} % worth a launch; the rest cannot reach it"
+                    + self._not_launched()
                 )
             return (
                 f"nothing left can win: {self.priced} configurations priced, best optimistic "
