@@ -35,7 +35,13 @@ from typing import Any
 
 from tuner.context import JobContext, TrialEvent
 from tuner.engines import EngineConfig
-from tuner.launches import launch_count, launch_values, launches_of, merge_launch
+from tuner.launches import (
+    geometric_mean,
+    launch_count,
+    launch_values,
+    launches_of,
+    merge_launch,
+)
 from tuner.measure import Measurer, TrialFailed
 from tuner.pareto import Point, Report, job_report
 from tuner.stats import expected_gain
@@ -73,9 +79,9 @@ def worth_a_launch(rep: Report, p: Point, w: Point, margin: float, min_gain: flo
     if min_gain <= 0 or spread is None or not vp or not vw or min(vp + vw) <= 0:
         return True
     sign = 1.0 if direction == "maximize" else -1.0
-    mean = sum(math.log(v) for v in vp) / len(vp) - sum(math.log(v) for v in vw) / len(vw)
+    ratio = geometric_mean(vp) / geometric_mean(vw)
     sd = spread.log_sd * math.sqrt(1.0 / len(vp) + 1.0 / len(vw))
-    return expected_gain(sign * mean, sd, margin) >= min_gain
+    return expected_gain(sign * math.log(ratio), sd, margin) >= min_gain
 
 
 def next_launch(

@@ -60,6 +60,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+_CAP = "trial budget spent"  # how a stop reason at the trial cap begins
+
+
 def create_job(
     store: Store, space: SearchSpace, *, space_yaml: str | None = None, n_trials: int | None = None
 ) -> int:
@@ -109,6 +112,7 @@ def _run_trials(
     running = (optuna.trial.TrialState.RUNNING,)
     waiting = (optuna.trial.TrialState.WAITING,)
     stopped: str | None = None
+    reopen = False  # the search closed on its outlook, and a confirmation launch ran since
     while True:
         if ctx.control.cancelled:
             raise JobCancelled("job cancelled")
@@ -140,6 +144,12 @@ def _run_trials(
         elif left > 0 and stopped is None and look is not None:
             stopped = look.reason()
             store.set_stop_reason(job_id, stopped)
+        elif reopen and stopped is not None and look is not None and look.can_win:
+            # A confirmation launch moved the winner or its bound (a lucky first launch
+            # measured again), and what the search closed on no longer holds: search on.
+            if store.reopen_search(job_id):
+                stopped, reopen = None, False
+                continue
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
@@ -155,6 +165,7 @@ def _run_trials(
         if number is None:
             return stopped
         conf.launch(number)
+        reopen = not stopped.startswith(_CAP)
 
 
 def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int | None:
@@ -174,7 +185,7 @@ def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int
 def _budget_reason(ctx: JobContext, look: Outlook | None) -> str:
     """The search stopped at its trial cap: say so, and what could still have won."""
     n = ctx.n_trials
-    head = f"trial budget spent: {n} of {n} search trials"
+    head = f"{_CAP}: {n} of {n} search trials"
     if look is None:
         return f"{head} (search: {ctx.space.search})"
     return f"{head}; {look.reason()}"

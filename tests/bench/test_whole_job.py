@@ -57,3 +57,19 @@ def test_the_baselines_confirmation_relaunches_with_new_draws(truth: Truth) -> N
     )
     # The no-speculation baseline twice (never launched) and the answer once more.
     assert spent == 3 and confirmed and config_key(answer) == truth.best_key
+
+
+def test_a_search_closed_on_a_lucky_launch_opens_again() -> None:
+    """Replayed on the simulated linear surface, seed 5: the search closes while EAGLE-3
+    k=2's first launch reads 3,001 tok/s (its mean is 2,857); its confirmation launch reads
+    2,676, the bound the search closed on no longer holds, and the search opens again and
+    finds MTP k=2 (a success). Before, the job ended on MTP k=3, 9 % below the best."""
+    from bench.hpo._whole import spectune_whole
+
+    truth = Truth(read_surface(REPO / "bench/surfaces/sim-2xh100-glm45air-linear.jsonl"))
+    run, log = spectune_whole(truth, 5, 120)
+    keys = [config_key(o.config) for o in log]
+    seen: set[str] = set()
+    relaunched_at = next(i for i, k in enumerate(keys) if k in seen or seen.add(k))
+    assert any(k not in keys[:i] for i, k in enumerate(keys) if i > relaunched_at), keys
+    assert run.success, run

@@ -80,6 +80,11 @@ class Prediction:
     basis: tuple[int, ...]  # trial numbers the prediction rests on
     anchor: int  # the launched depth it is scaled from
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Of ``rel_sigma``, the part that is not noise but an unknown: how far the good end of a
+    # bracket (a step's cost split between fixed and per-token, from one launched depth)
+    # lies from the middle. The truth sits anywhere in a bracket, so what it may gain is
+    # priced at its good end, with only the noise around it (``tuner.search._stop``).
+    bracket: float = 0.0
 
 
 def tau(per_position: Sequence[float], k: int) -> float:
@@ -136,7 +141,7 @@ class Calibration:
 
     median: float = 0.0
     n: int = 0
-    # The median log ratio measured / predicted, shrunk by n / (n + 1) toward 0: a model's
+    # The median log ratio measured / predicted, shrunk toward 0 (``_layout._shrink``): a model's
     # steady bias (an n-gram's verify cost grows with how often it drafts, which the step-cost
     # model does not see) corrected, not only widened into its band.
     bias: float = 0.0
@@ -182,6 +187,7 @@ def predict_depth(
     anchor = min(spec, key=lambda p: (abs(p.depth - k), -p.trial))
     s_a = step_ms(anchor) or 0.0
     pts = [(p.depth, s) for p in spec if (s := step_ms(p)) is not None]
+    bracket = 0.0
     if len({d for d, _ in pts}) >= 2:
         fit = _line(pts)
         if fit is None or s_a <= 0:
@@ -210,19 +216,21 @@ def predict_depth(
                 return None
             v = out[objective]
             spread = max(abs(lo[objective] - v), abs(hi[objective] - v)) / abs(v)
+            bracket = spread
             how = "between all per drafted token and all fixed: the middle"
     else:
         return None
     if not out:
         return None
     sigma = _banded(_rel_ci(anchor.metrics, objective) + spread, calibration)
+    bracket = min(bracket, sigma)
     basis = sorted({p.trial for p in spec} | ({baseline.trial} if baseline else set()))
     notes = (
         f"tau from the per-position acceptance of trial {acc.trial} (k={acc.depth})",
         f"step cost {how}",
         f"scaled from trial {anchor.trial} (k={anchor.depth})",
     )
-    return Prediction(k, out, sigma, tuple(basis), anchor.trial, notes)
+    return Prediction(k, out, sigma, tuple(basis), anchor.trial, notes, bracket)
 
 
 def fixed_share_of(launched: Sequence[DepthPoint], baseline: DepthPoint | None) -> float | None:

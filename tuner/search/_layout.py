@@ -75,6 +75,17 @@ def prediction_source(predicted: dict[str, Any]) -> str | None:
     return "offline" if any(n.startswith("step cost:") for n in notes) else "depth"
 
 
+# A model's bias is systematic (a structural miss of the step-cost model, the same at every
+# configuration of a method), a launch's error around it is launch noise: the normal-normal
+# posterior mean of the bias shrinks the measured median by tau^2 / (tau^2 + sigma^2 / n).
+_BIAS_PRIOR_SD = 0.25  # the step-cost model's a-priori band
+_LAUNCH_NOISE_SD = 0.10  # a launch's own error (this host's relaunches: 3-18 %)
+
+
+def _shrink(n: int) -> float:
+    return _BIAS_PRIOR_SD**2 / (_BIAS_PRIOR_SD**2 + _LAUNCH_NOISE_SD**2 / n)
+
+
 def calibration(
     rows: Iterable[Any],
     metric: str,
@@ -104,7 +115,7 @@ def calibration(
             errs.append(math.log(float(m[metric]) / pred))
     if not errs:
         return Calibration()
-    bias = statistics.median(errs) * len(errs) / (len(errs) + 1) if correct else 0.0
+    bias = statistics.median(errs) * _shrink(len(errs)) if correct else 0.0
     scale = statistics.median(abs(math.expm1(e - bias)) for e in errs)
     return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
 

@@ -22,7 +22,7 @@ improvement beyond ``stop_margin`` over the winner (log-normal, the prediction's
 ~2 sigma, the winner's own interval in quadrature) must reach ``stop_min_gain`` (1 %) of the
 winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). A near tie, whose
 band reaches the bound but whose expected gain is below that, is named in the reason
-("priced near ties") and not launched: a launch of it would most likely measure a tie the
+("near ties") and not launched: a launch of it would most likely measure a tie the
 job could not tell apart from the winner. A
 proposer nothing can price yet (not priced offline, never launched: an unpriced method, a
 sampled workload, another target's checkpoint) and another batch class's baseline and winner
@@ -66,6 +66,7 @@ class Candidate:
     how: str  # "offline", "depth model", or why it cannot be priced yet
     note: dict[str, Any] | None = None  # the prediction as a trial stores it (``predicted``)
     gain: float | None = None  # expected gain beyond the margin, a share of the winner's value
+    bracket: float = 0.0  # of the band, the unknown part (``Prediction.bracket``), relative
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,8 @@ def outlook(
             fam_best[fk] = v if ok and (old is None or (v > old) == maximize) else old
         if ok:
             note = PredictedPoint.of(c, pred, level).note(metric)
-            cands.append(Candidate(c, float(pred.metrics[metric]), v, src, note))
+            p = float(pred.metrics[metric])
+            cands.append(Candidate(c, p, v, src, note, bracket=pred.bracket))
 
     modelled = depth_predictions(space, rows, lay)
     for c, pred in modelled:
@@ -269,16 +271,11 @@ def outlook(
     reach = [
         c for c in cands if bound is None or c.optimistic is None or _reaches(c, bound, maximize)
     ]
-    w_log_sd = _winner_log_sd(rep, metric, got)
+    w_log_sd = _winner_log_sd(rep, metric)
     wv = float(rep.winner.metrics[metric]) if winner is not None and rep.winner else None
     if wv is not None and wv > 0 and space.stop_min_gain > 0:
         reach = [_with_gain(c, wv, w_log_sd, space.stop_margin, maximize) for c in reach]
-    wp = dict(rep.winner.params) if winner is not None and rep.winner is not None else {}
-    hopeful = tuple(
-        c
-        for c in reach
-        if c.gain is None or c.gain >= space.stop_min_gain or _neighbour(c.params, wp)
-    )
+    hopeful = tuple(c for c in reach if c.gain is None or c.gain >= space.stop_min_gain)
     near = tuple(c for c in reach if c not in hopeful)
     values = [float(c.optimistic) for c in cands if c.optimistic is not None]
     top = (max if maximize else min)(values) if values else None
@@ -307,40 +304,40 @@ def outlook(
     )
 
 
-def _neighbour(c: dict[str, Any], winner: dict[str, Any]) -> bool:
-    """Whether ``c`` is the winner's own proposer one depth up or down: the likeliest
-    improvement, and the one the depth model prices worst from a single launched depth (it
-    only brackets how a step's cost splits between fixed and per-token), so its band's
-    expected gain is not trusted to rule it out."""
-    k, kw = c.get("num_speculative_tokens"), winner.get("num_speculative_tokens")
-    if k is None or kw is None:
-        return False
-    return family_key(c) == family_key(winner) and abs(int(k) - int(kw)) == 1
-
-
-def _winner_log_sd(rep: Report, metric: str, got: tuple[float, str] | None) -> float:
-    """The winner's own uncertainty on the log scale: its bound's half-width over the t (or
-    normal) quantile it was taken with; 0 without an interval."""
+def _winner_log_sd(rep: Report, metric: str) -> float:
+    """The winner's own uncertainty on the log scale, the sd its bound (``winner_bound``)
+    is taken with: the job's between-launch spread over its launches, else its repeats'
+    interval read as a normal one; 0 without either."""
     w = rep.winner
-    if got is None or w is None or not w.metrics.get(metric):
+    if w is None or not w.metrics.get(metric):
         return 0.0
-    half = abs(math.log(float(w.metrics[metric]) / got[0])) if got[0] > 0 else 0.0
     spread = rep.spreads.get(metric)
-    q = t975(spread.df) if spread is not None and launch_values(w.metrics, metric) else 1.96
-    return half / q if math.isfinite(q) and q > 0 else 0.0
+    values = launch_values(w.metrics, metric)
+    if spread is not None and values:
+        return spread.log_sd / math.sqrt(len(values))
+    st = (w.metrics.get("stats") or {}).get(metric) or {}
+    lo, hi = st.get("ci95_low"), st.get("ci95_high")
+    if lo is None or hi is None or int(st.get("n") or 1) < 2 or lo <= 0 or hi <= 0:
+        return 0.0
+    return math.log(float(hi) / float(lo)) / (2 * 1.96)
 
 
 def _with_gain(
     c: Candidate, winner: float, w_log_sd: float, margin: float, maximize: bool
 ) -> Candidate:
-    """``c`` with its expected gain over the winner beyond ``margin`` (its band taken as
-    ~2 sigma; the winner's uncertainty added in quadrature)."""
+    """``c`` with its expected gain over the winner beyond ``margin``: its band's noise
+    taken as ~2 sigma around the good end of its bracket (the middle when it has none), the
+    winner's uncertainty added in quadrature."""
     if c.predicted is None or c.optimistic is None or c.predicted <= 0 or c.optimistic <= 0:
         return c
     sign = 1.0 if maximize else -1.0
-    band_sd = abs(math.log(c.optimistic / c.predicted)) / 1.96
+    band = abs(c.optimistic / c.predicted - 1.0)
+    centre = c.predicted * (1.0 + sign * c.bracket)
+    band_sd = math.log1p(max(0.0, band - c.bracket)) / 1.96
     sd = math.hypot(band_sd, w_log_sd)
-    gain = expected_gain(sign * math.log(c.predicted / winner), sd, margin)
+    if centre <= 0:
+        return c
+    gain = expected_gain(sign * math.log(centre / winner), sd, margin)
     return dataclasses.replace(c, gain=gain)
 
 

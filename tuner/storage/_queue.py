@@ -174,6 +174,19 @@ class QueueQueries:
             )
 
     @retry_db
+    def reopen_search(self, job_id: int) -> bool:
+        """Open a closed search again while budget is left (a confirmation overturned what
+        it closed on); False when no slot is left, and then nothing changes."""
+        with self.session() as s:
+            res = s.execute(
+                update(JobModel)
+                .where(JobModel.job_id == job_id, JobModel.trials_started < JobModel.n_trials)
+                .values(stop_reason=None)
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1
+
+    @retry_db
     def set_offline_prices(self, job_id: int, prices: dict[str, Any]) -> None:
         """Keep the offline prices the search used (``OfflinePrices.to_json``)."""
         with self.session() as s:
