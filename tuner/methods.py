@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tuner.space import METHOD_NAMES
 
-__all__ = ["METHODS", "Method", "Param", "method_of", "params_text"]
+__all__ = ["METHODS", "SUFFIX_KNOBS", "Method", "Param", "method_of", "params_text"]
 
 # Order of the keys in a speculative config (what the vLLM JSON export prints).
 SPEC_ORDER = (
@@ -24,6 +24,18 @@ SPEC_ORDER = (
     "prompt_lookup_min",
     "prompt_lookup_max",
     "draft_sample_method",
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob",
+)
+
+# Suffix decoding's knobs: (param key, speculative-config key, short name in a label).
+SUFFIX_KNOBS = (
+    ("max_tree_depth", "suffix_decoding_max_tree_depth", "depth"),
+    ("max_cached_requests", "suffix_decoding_max_cached_requests", "cached"),
+    ("max_spec_factor", "suffix_decoding_max_spec_factor", "factor"),
+    ("min_token_prob", "suffix_decoding_min_token_prob", "min_prob"),
 )
 
 
@@ -71,6 +83,8 @@ class Method:
     name: str
     label: str
     params: tuple[Param, ...]
+    # Drafts by lookup in the tokens seen, no model: a step costs the verify alone.
+    model_free: bool = False
 
     def optuna_name(self, p: Param) -> str:
         return f"{self.name}.{p.key}"
@@ -104,6 +118,9 @@ class Method:
         for p in self.params:
             if p.path:
                 out += f" {p.key}={Path(params[p.key]).name}"
+        for key, _, short in SUFFIX_KNOBS:
+            if self.name == "suffix" and params.get(key) is not None:
+                out += f" {short}={params[key]:g}"
         if params.get("draft_sample_method"):
             out += f" drafting={params['draft_sample_method']}"
         return out
@@ -118,6 +135,7 @@ METHODS: dict[str, Method] = {
             Param("prompt_lookup_min", "prompt_lookup_min", "prompt_lookup_min", start="min"),
             Param("prompt_lookup_max", "prompt_lookup_max", "prompt_lookup_max", start="max"),
         ),
+        model_free=True,
     ),
     "draft_model": Method(
         "draft_model",
@@ -131,6 +149,12 @@ METHODS: dict[str, Method] = {
         "eagle3", "EAGLE-3 head", (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING)
     ),
     "mtp": Method("mtp", "MTP layers", (_DEPTH,)),
+    "suffix": Method(
+        "suffix",
+        "suffix decoding",
+        (_DEPTH, *(Param(key, key, spec, optional=True) for key, spec, _ in SUFFIX_KNOBS)),
+        model_free=True,
+    ),
 }
 assert tuple(METHODS) == METHOD_NAMES, "the table and the space's method names must agree"
 

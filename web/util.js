@@ -101,6 +101,17 @@ const PARAM_TEXT = {
   lookup: (pr) => ` lookup=${pr.prompt_lookup_min}..${pr.prompt_lookup_max}`,
   draft: (pr) => (pr.draft ? ` draft=${lastPart(pr.draft)}` : ""),
   head: (pr) => (pr.head ? ` head=${lastPart(pr.head)}` : ""),
+  // Suffix decoding's knobs, where the space searched them (else the engine's defaults).
+  suffix: (pr) =>
+    [
+      ["max_tree_depth", "depth"],
+      ["max_cached_requests", "cached"],
+      ["max_spec_factor", "factor"],
+      ["min_token_prob", "min_prob"],
+    ]
+      .filter(([k]) => pr[k] !== undefined && pr[k] !== null)
+      .map(([k, short]) => ` ${short}=${pr[k]}`)
+      .join(""),
 };
 const METHOD_PARAMS = {
   ngram: ["lookup"],
@@ -108,6 +119,7 @@ const METHOD_PARAMS = {
   eagle: [],
   eagle3: [],
   mtp: [],
+  suffix: ["suffix"],
 };
 
 // A configuration (a trial, a Pareto point, a current trial) as one line of text; the

@@ -215,8 +215,9 @@ def test_vllm_cli_line_is_unchanged(monkeypatch):
 
 
 def test_each_engine_spells_every_method_it_supports():
-    methods = {"ngram", "draft_model", "eagle", "eagle3", "mtp"}
+    methods = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"}
     assert set(METHOD_SPELLINGS["vllm"]) == methods
     assert all(k == v for k, v in METHOD_SPELLINGS["vllm"].items())
-    assert set(METHOD_SPELLINGS["sglang"]) == methods
-    assert set(METHOD_SPELLINGS["trtllm"]) == methods - {"eagle"}  # TRT-LLM has no EAGLE-1
+    # Suffix decoding is vLLM's (Arctic Inference): neither SGLang nor TRT-LLM has it.
+    assert set(METHOD_SPELLINGS["sglang"]) == methods - {"suffix"}
+    assert set(METHOD_SPELLINGS["trtllm"]) == methods - {"eagle", "suffix"}  # nor EAGLE-1

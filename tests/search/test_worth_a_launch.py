@@ -1,7 +1,7 @@
 """What is worth a launch (issue 32): the expected gain beyond the margin (the stop rule of
-Jones, Schonlau and Welch's EGO), a near tie named rather than launched, the winner's own
-depth bracketed from one launch priced at its bracket's good end, a same-depth step cost's narrow band, and a prediction model's
-measured bias taken out rather than only widened into its band."""
+Jones, Schonlau and Welch's EGO), a near tie named rather than launched, a depth bracketed
+from one launch priced at its bracket's good end, a same-depth step cost's narrow band, and a
+prediction model's measured bias taken out rather than only widened into its band."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tuner.search import Candidate, Outlook
+from tuner.search._depth import DepthPoint, predict_depth
 from tuner.search._layout import calibration
 from tuner.search._offline import StepCost
-from tuner.search._depth import DepthPoint, predict_depth
 from tuner.search._stop import _with_gain
 from tuner.stats import expected_gain
 from tuner.storage import TrialState

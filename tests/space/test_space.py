@@ -17,7 +17,7 @@ methods: {ngram: {}}
 
 def test_preset_loads_and_resolves_paths_against_its_folder():
     space = load_space(REPO / "search_spaces" / "tiny-cpu-all-methods.yaml")
-    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp"]
+    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
     assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
     # Every checkpoint the preset names is committed.
     for path in (
@@ -147,5 +147,5 @@ def test_the_default_preset_searches_without_a_showcase():
     """make demo's space prices every method it holds and launches only what can win: no
     every-method start points (tiny-cpu-all-methods.yaml keeps those), the trials a cap."""
     space = load_space(REPO / "search_spaces" / "tiny-cpu.yaml")
-    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3"]
+    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "suffix"]
     assert space.start_with == [] and space.search == "guided" and space.offline_pricing

@@ -40,6 +40,7 @@ from tuner.engines._sglang import (
 from tuner.engines._sglang_probe import SGLangProbe, parse_sglang_spec_gauges, sglang_spec_stats
 from tuner.engines._trtllm import TRTLLM_DECODING, trtllm_yaml
 from tuner.engines._vllm import (
+    ARCTIC_VERSION,
     VLLM_EXTRA_FLAGS,
     VLLM_METHODS,
     VLLMServer,
@@ -49,6 +50,7 @@ from tuner.engines._vllm import (
     is_speed_key,
     speculative_json,
     speed_env,
+    suffix_trees_installed,
 )
 from tuner.engines._vllm_probe import (
     VLLMProbe,
@@ -79,6 +81,8 @@ __all__ = [
     "TRTLLM_DECODING",
     "VLLM_EXTRA_FLAGS",
     "VLLM_METHODS",
+    "ARCTIC_VERSION",
+    "suffix_trees_installed",
     "EngineConfig",
     "EngineLaunchError",
     "EngineProbe",

@@ -31,6 +31,7 @@ from tuner.engines._vllm_cpu_fix import (
 from tuner.engines._vllm_probe import VLLMProbe
 
 __all__ = [
+    "ARCTIC_VERSION",
     "VLLM_EXTRA_FLAGS",
     "VLLM_METHODS",
     "VLLMServer",
@@ -40,12 +41,13 @@ __all__ = [
     "is_speed_key",
     "speculative_json",
     "speed_env",
+    "suffix_trees_installed",
 ]
 
 _MODULE = "vllm.entrypoints.openai.api_server"
 
 # vLLM spells each method as SpecTune does (``speculative_config.method``).
-VLLM_METHODS = {m: m for m in ("ngram", "draft_model", "eagle", "eagle3", "mtp")}
+VLLM_METHODS = {m: m for m in ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")}
 
 # The flags a job's ``engine.extra_args`` may pass to vLLM: scheduling, KV cache and logging
 # knobs. Never what moves or exposes the server (host, port, key, origins, TLS, sockets),
@@ -101,6 +103,19 @@ def vllm_has_spec_field(name: str) -> bool | None:
         if src.is_file():
             return re.search(rf"^\s+{re.escape(name)}\s*:", src.read_text(), re.M) is not None
     return None
+
+
+ARCTIC_VERSION = "0.1.1"  # what vLLM 0.32's suffix decoding asks for
+
+
+@functools.cache
+def suffix_trees_installed() -> bool:
+    """Whether this interpreter (the one that launches vLLM) can import Arctic Inference's
+    suffix trees; found, not imported (its import loads a compiled extension)."""
+    try:
+        return importlib.util.find_spec("arctic_inference.suffix_decoding") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def speculative_json(spec: dict) -> str:
@@ -265,7 +280,14 @@ class VLLMServer(ServerProcess):
     @classmethod
     def speculative_problem(cls, spec: Mapping[str, Any] | None) -> str | None:
         """vLLM takes ``draft_sample_method`` where its ``SpeculativeConfig`` has the field
-        (0.32 does; older releases refuse the key at start, after a minute's load)."""
+        (0.32 does; older releases refuse the key at start, after a minute's load), and
+        suffix decoding only with Arctic Inference's suffix trees installed beside it."""
+        if (spec or {}).get("method") == "suffix" and not suffix_trees_installed():
+            return (
+                "methods.suffix: vLLM's suffix decoding imports arctic_inference (the "
+                f"arctic-inference=={ARCTIC_VERSION} package), which is not installed where "
+                "the engine runs; scripts/install_arctic_inference.sh builds it (make does)"
+            )
         if (spec or {}).get("draft_sample_method") is None:
             return None
         if vllm_has_spec_field("draft_sample_method") is False:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuner.hub import is_hub_id, local_view
@@ -23,6 +23,7 @@ from tuner.offline._ngram import ngram_propose
 from tuner.offline._probabilistic import overlaps, price_probabilistic
 from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
 from tuner.offline._sampled import TargetProbs, draft_chains, price_sampled
+from tuner.offline._suffix import GLOBAL_TREE_NOTE, SuffixReplay, suffix_trees_here
 
 __all__ = ["UNPRICED_OTHER_TARGET", "OfflinePrices", "price_proposers"]
 
@@ -229,6 +230,21 @@ def price_proposers(
                     continue
             if not sampled:
                 propose = drafts[path].propose
+        elif method == "suffix":
+            if (why := suffix_trees_here()) is not None:
+                unpriced[key] = f"not priced offline: suffix decoding: {why}"
+                continue
+            if sampled:
+                unpriced[key] = "not priced offline: suffix decoding under sampling"
+                continue
+            # A fresh cache per depth: the global tree must see the requests once, in order.
+            note = () if c.get("max_cached_requests") == 0 else (GLOBAL_TREE_NOTE,)
+            fresh = [SuffixReplay(dict(c), max_model_len) for _ in range(top)]
+            by[key] = {
+                k: replace(replay_rounds(seqs, k, max_tokens, r.propose), notes=note)
+                for k, r in enumerate(fresh, 1)
+            }
+            continue
         elif key in guesses:
             propose = guesses[key].propose
         else:

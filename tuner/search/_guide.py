@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 
-_PRIOR = ("eagle3", "eagle", "mtp", "draft_model", "ngram")
+_PRIOR = ("eagle3", "eagle", "mtp", "draft_model", "suffix", "ngram")
 
 
 def propose(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.hub import local_view
+from tuner.methods import METHODS
 from tuner.offline import UNPRICED_OTHER_TARGET, OfflinePrices, TokenSequence, price_proposers
 from tuner.search._depth import (
     Calibration,
@@ -216,7 +217,7 @@ def step_costs(
                 e = s / s0 - 1.0
                 extra.setdefault(p["method"], []).append((pt.depth, e))
                 verify.append(max(0.0, e / pt.depth - proposer_share(space, p, sizes)))
-                if p["method"] != "ngram":
+                if not METHODS[p["method"]].model_free:
                     models.append((p, e / pt.depth))
     own = extra.get(c["method"], [])
     if len({d for d, _ in own}) >= 2:
@@ -260,7 +261,7 @@ def _scaled_share(
     size alone ignores). The median multiplier (its method's own launches first) scales
     ``c``'s size share; the band is the verify band, plus the multipliers' own spread in log
     space, at least ``_SCALE_SIGMA`` (one other proposer says little of a second's)."""
-    if c["method"] == "ngram":
+    if METHODS[c["method"]].model_free:
         return None
     mults: dict[str, list[float]] = {}
     for p, per in models:
@@ -280,8 +281,9 @@ def proposer_share(
     space: SearchSpace, c: dict[str, Any], sizes: Mapping[str, float] | None = None
 ) -> float:
     """A proposer's own share of a target step per drafted token: its size over the
-    target's (0 for an n-gram lookup; 0.1 for a draft, 0.03 for a head when unknown)."""
-    if c["method"] == "ngram":
+    target's (0 for a lookup: n-gram, suffix trees; 0.1 for a draft, 0.03 for a head when
+    unknown)."""
+    if METHODS[c["method"]].model_free:
         return 0.0
     if sizes and (v := sizes.get(family_key(c))) is not None:
         return v

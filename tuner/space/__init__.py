@@ -32,6 +32,7 @@ from tuner.space._methods import (
     NgramMethod,
     SpaceError,
     StartPoint,
+    SuffixMethod,
 )
 from tuner.space._sampling import GREEDY, SamplingSpec, sampling_text
 from tuner.space._space import (
@@ -70,6 +71,7 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "StartPoint",
+    "SuffixMethod",
     "WorkloadSpec",
     "batch_class",
     "batch_classes",

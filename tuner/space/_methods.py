@@ -25,6 +25,7 @@ __all__ = [
     "NgramMethod",
     "SpaceError",
     "StartPoint",
+    "SuffixMethod",
 ]
 
 
@@ -145,7 +146,58 @@ class MtpMethod(StrictModel):
     )
 
 
-METHOD_NAMES = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
+def _distinct_values(v: list[Any]) -> list[Any]:
+    if len(set(v)) != len(v):
+        raise ValueError("values must not repeat")
+    return v
+
+
+def _listed(item: Any) -> Any:
+    """A searched knob's listed values, at least one, none repeated."""
+    return Annotated[list[item], Field(min_length=1), AfterValidator(_distinct_values)]
+
+
+TreeDepths = _listed(Annotated[int, Field(ge=1, le=1024)])
+CachedRequests = _listed(Annotated[int, Field(ge=0, le=10_000_000)])
+SpecFactors = _listed(Annotated[float, Field(gt=0, le=64)])
+TokenProbs = _listed(Annotated[float, Field(ge=0, le=1)])
+
+
+class SuffixMethod(StrictModel):
+    """Suffix decoding (vLLM with Arctic Inference): model-free, it drafts from a suffix tree
+    over each request's prompt and output and a global tree over earlier requests' outputs.
+    ``num_speculative_tokens`` only caps a step's draft: how many it drafts varies per step.
+    Each knob, when listed, is a searched axis; left out, it is the engine's default."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=8)
+    max_tree_depth: TreeDepths | None = Field(
+        None,
+        description="suffix_decoding_max_tree_depth: the longest pattern and draft the trees "
+        "hold (engine default 24)",
+    )
+    # Per-request trees unless asked: a job measures by sending its workload's prompts
+    # again (warm-up, passes of a repeat), and a global tree drafts a repeat from its own
+    # earlier response, a gain only traffic that repeats itself would see.
+    max_cached_requests: CachedRequests | None = Field(
+        [0],
+        description="suffix_decoding_max_cached_requests: earlier requests kept in the global "
+        "tree (engine default 10000); SpecTune's default [0] keeps it off, since a job sends "
+        "its prompts more than once and a global tree would draft those repeats from their "
+        "own earlier responses. List values above 0 for traffic that repeats itself.",
+    )
+    max_spec_factor: SpecFactors | None = Field(
+        None,
+        description="suffix_decoding_max_spec_factor: a draft is at most this many times the "
+        "matched pattern's length (engine default 1.0)",
+    )
+    min_token_prob: TokenProbs | None = Field(
+        None,
+        description="suffix_decoding_min_token_prob: the least estimated probability of a "
+        "drafted token (engine default 0.1)",
+    )
+
+
+METHOD_NAMES = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
 
 
 class Methods(StrictModel):
@@ -154,6 +206,7 @@ class Methods(StrictModel):
     eagle: HeadMethod | None = None
     eagle3: HeadMethod | None = None
     mtp: MtpMethod | None = None
+    suffix: SuffixMethod | None = None
 
     def enabled(self) -> list[str]:
         return [name for name in METHOD_NAMES if getattr(self, name) is not None]
@@ -162,7 +215,7 @@ class Methods(StrictModel):
 class StartPoint(StrictModel):
     """A known-good candidate measured right after the baseline (before the sampler guesses)."""
 
-    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
+    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_RANGE)]
     prompt_lookup_min: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     prompt_lookup_max: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
