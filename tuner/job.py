@@ -60,9 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-_CAP = "trial budget spent"  # how a stop reason at the trial cap begins
-
-
 def create_job(
     store: Store, space: SearchSpace, *, space_yaml: str | None = None, n_trials: int | None = None
 ) -> int:
@@ -112,7 +109,8 @@ def _run_trials(
     running = (optuna.trial.TrialState.RUNNING,)
     waiting = (optuna.trial.TrialState.WAITING,)
     stopped: str | None = None
-    reopen = False  # the search closed on its outlook, and a confirmation launch ran since
+    on_outlook = False  # the search closed because nothing could win (not at its cap)
+    reopen = False  # ...and a confirmation launch ran since
     while True:
         if ctx.control.cancelled:
             raise JobCancelled("job cancelled")
@@ -142,13 +140,13 @@ def _run_trials(
                 recovery.run_one(study, runner)
                 continue
         elif left > 0 and stopped is None and look is not None:
-            stopped = look.reason()
+            stopped, on_outlook = look.reason(), True
             store.set_stop_reason(job_id, stopped)
         elif reopen and stopped is not None and look is not None and look.can_win:
             # A confirmation launch moved the winner or its bound (a lucky first launch
             # measured again), and what the search closed on no longer holds: search on.
             if store.reopen_search(job_id):
-                stopped, reopen = None, False
+                stopped, on_outlook, reopen = None, False, False
                 continue
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
@@ -165,7 +163,7 @@ def _run_trials(
         if number is None:
             return stopped
         conf.launch(number)
-        reopen = not stopped.startswith(_CAP)
+        reopen = on_outlook
 
 
 def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int | None:
@@ -185,7 +183,7 @@ def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int
 def _budget_reason(ctx: JobContext, look: Outlook | None) -> str:
     """The search stopped at its trial cap: say so, and what could still have won."""
     n = ctx.n_trials
-    head = f"{_CAP}: {n} of {n} search trials"
+    head = f"trial budget spent: {n} of {n} search trials"
     if look is None:
         return f"{head} (search: {ctx.space.search})"
     return f"{head}; {look.reason()}"

@@ -57,6 +57,7 @@ class Param:
     path: bool = False
     start: Literal["min", "max", "first"] = "first"
     optional: bool = False
+    short: str | None = None  # shown as ``short=value`` in a configuration's text when set
 
     def searched(self, spec: Any) -> bool:
         return not self.optional or getattr(spec, self.source) is not None
@@ -118,9 +119,9 @@ class Method:
         for p in self.params:
             if p.path:
                 out += f" {p.key}={Path(params[p.key]).name}"
-        for key, _, short in SUFFIX_KNOBS:
-            if self.name == "suffix" and params.get(key) is not None:
-                out += f" {short}={params[key]:g}"
+        for p in self.params:
+            if p.short is not None and params.get(p.key) is not None:
+                out += f" {p.short}={params[p.key]:g}"
         if params.get("draft_sample_method"):
             out += f" drafting={params['draft_sample_method']}"
         return out
@@ -152,7 +153,10 @@ METHODS: dict[str, Method] = {
     "suffix": Method(
         "suffix",
         "suffix decoding",
-        (_DEPTH, *(Param(key, key, spec, optional=True) for key, spec, _ in SUFFIX_KNOBS)),
+        (
+            _DEPTH,
+            *(Param(key, key, spec, optional=True, short=sh) for key, spec, sh in SUFFIX_KNOBS),
+        ),
         model_free=True,
     ),
 }

@@ -40,7 +40,6 @@ from tuner.engines._sglang import (
 from tuner.engines._sglang_probe import SGLangProbe, parse_sglang_spec_gauges, sglang_spec_stats
 from tuner.engines._trtllm import TRTLLM_DECODING, trtllm_yaml
 from tuner.engines._vllm import (
-    ARCTIC_VERSION,
     VLLM_EXTRA_FLAGS,
     VLLM_METHODS,
     VLLMServer,
@@ -50,7 +49,7 @@ from tuner.engines._vllm import (
     is_speed_key,
     speculative_json,
     speed_env,
-    suffix_trees_installed,
+    suffix_trees_missing,
 )
 from tuner.engines._vllm_probe import (
     VLLMProbe,
@@ -81,8 +80,7 @@ __all__ = [
     "TRTLLM_DECODING",
     "VLLM_EXTRA_FLAGS",
     "VLLM_METHODS",
-    "ARCTIC_VERSION",
-    "suffix_trees_installed",
+    "suffix_trees_missing",
     "EngineConfig",
     "EngineLaunchError",
     "EngineProbe",

@@ -42,6 +42,7 @@ __all__ = [
     "speculative_json",
     "speed_env",
     "suffix_trees_installed",
+    "suffix_trees_missing",
 ]
 
 _MODULE = "vllm.entrypoints.openai.api_server"
@@ -116,6 +117,17 @@ def suffix_trees_installed() -> bool:
         return importlib.util.find_spec("arctic_inference.suffix_decoding") is not None
     except ModuleNotFoundError:
         return False
+
+
+def suffix_trees_missing() -> str | None:
+    """Why vLLM's suffix decoding cannot run here (None: it can)."""
+    if suffix_trees_installed():
+        return None
+    return (
+        f"it imports arctic_inference (the arctic-inference=={ARCTIC_VERSION} package), which "
+        "is not installed where the engine runs; scripts/install_arctic_inference.sh builds "
+        "it (make does)"
+    )
 
 
 def speculative_json(spec: dict) -> str:
@@ -282,12 +294,8 @@ class VLLMServer(ServerProcess):
         """vLLM takes ``draft_sample_method`` where its ``SpeculativeConfig`` has the field
         (0.32 does; older releases refuse the key at start, after a minute's load), and
         suffix decoding only with Arctic Inference's suffix trees installed beside it."""
-        if (spec or {}).get("method") == "suffix" and not suffix_trees_installed():
-            return (
-                "methods.suffix: vLLM's suffix decoding imports arctic_inference (the "
-                f"arctic-inference=={ARCTIC_VERSION} package), which is not installed where "
-                "the engine runs; scripts/install_arctic_inference.sh builds it (make does)"
-            )
+        if (spec or {}).get("method") == "suffix" and (why := suffix_trees_missing()):
+            return f"methods.suffix: vLLM's suffix decoding: {why}"
         if (spec or {}).get("draft_sample_method") is None:
             return None
         if vllm_has_spec_field("draft_sample_method") is False:

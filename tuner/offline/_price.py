@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tuner.engines import suffix_trees_missing
 from tuner.hub import is_hub_id, local_view
 from tuner.offline._draft import DraftGuesses
 from tuner.offline._heads import HEAD_METHODS, head_guesses
@@ -23,7 +24,7 @@ from tuner.offline._ngram import ngram_propose
 from tuner.offline._probabilistic import overlaps, price_probabilistic
 from tuner.offline._rounds import OfflineAcceptance, TokenSequence, replay_rounds
 from tuner.offline._sampled import TargetProbs, draft_chains, price_sampled
-from tuner.offline._suffix import GLOBAL_TREE_NOTE, SuffixReplay, suffix_trees_here
+from tuner.offline._suffix import GLOBAL_TREE_NOTE, SuffixReplay
 
 __all__ = ["UNPRICED_OTHER_TARGET", "OfflinePrices", "price_proposers"]
 
@@ -231,7 +232,7 @@ def price_proposers(
             if not sampled:
                 propose = drafts[path].propose
         elif method == "suffix":
-            if (why := suffix_trees_here()) is not None:
+            if (why := suffix_trees_missing()) is not None:
                 unpriced[key] = f"not priced offline: suffix decoding: {why}"
                 continue
             if sampled:

@@ -21,9 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tuner.engines import ARCTIC_VERSION, suffix_trees_installed
-
-__all__ = ["DEFAULTS", "GLOBAL_TREE_NOTE", "SuffixReplay", "suffix_trees_here"]
+__all__ = ["DEFAULTS", "GLOBAL_TREE_NOTE", "SuffixReplay"]
 
 # vLLM 0.32's SpeculativeConfig defaults (what a knob the space leaves out means).
 DEFAULTS = {
@@ -38,14 +36,6 @@ GLOBAL_TREE_NOTE = (
     "each once: an engine that serves the same prompts again (warm-up, repeated passes) "
     "drafts them from their own earlier responses and accepts more"
 )
-
-
-def suffix_trees_here() -> str | None:
-    """Why Arctic Inference's suffix trees cannot be used here (None: they can)."""
-    if suffix_trees_installed():
-        return None
-    how = "scripts/install_arctic_inference.sh builds it"
-    return f"arctic-inference=={ARCTIC_VERSION} is not installed ({how})"
 
 
 class SuffixReplay:

@@ -331,12 +331,12 @@ def _with_gain(
     if c.predicted is None or c.optimistic is None or c.predicted <= 0 or c.optimistic <= 0:
         return c
     sign = 1.0 if maximize else -1.0
-    band = abs(c.optimistic / c.predicted - 1.0)
     centre = c.predicted * (1.0 + sign * c.bracket)
-    band_sd = math.log1p(max(0.0, band - c.bracket)) / 1.96
-    sd = math.hypot(band_sd, w_log_sd)
     if centre <= 0:
         return c
+    band = abs(c.optimistic / c.predicted - 1.0)
+    band_sd = math.log1p(max(0.0, band - c.bracket)) / 1.96
+    sd = math.hypot(band_sd, w_log_sd)
     gain = expected_gain(sign * math.log(centre / winner), sd, margin)
     return dataclasses.replace(c, gain=gain)
 

@@ -97,7 +97,7 @@ CheckpointList = Annotated[list[str], Field(min_length=1), AfterValidator(_no_re
 DraftSampleMethod = Literal["greedy", "probabilistic"]
 
 
-def _distinct(v: list[str]) -> list[str]:
+def _distinct(v: list[Any]) -> list[Any]:
     if len(set(v)) != len(v):
         raise ValueError("values must not repeat")
     return v
@@ -146,15 +146,9 @@ class MtpMethod(StrictModel):
     )
 
 
-def _distinct_values(v: list[Any]) -> list[Any]:
-    if len(set(v)) != len(v):
-        raise ValueError("values must not repeat")
-    return v
-
-
 def _listed(item: Any) -> Any:
     """A searched knob's listed values, at least one, none repeated."""
-    return Annotated[list[item], Field(min_length=1), AfterValidator(_distinct_values)]
+    return Annotated[list[item], Field(min_length=1), AfterValidator(_distinct)]
 
 
 TreeDepths = _listed(Annotated[int, Field(ge=1, le=1024)])
