@@ -159,6 +159,12 @@ METHODS: dict[str, Method] = {
         ),
         model_free=True,
     ),
+    "medusa": Method(
+        "medusa", "Medusa heads", (_DEPTH, Param("head", "heads", "model", path=True))
+    ),
+    "mlp_speculator": Method(
+        "mlp_speculator", "MLP speculator", (_DEPTH, Param("head", "heads", "model", path=True))
+    ),
 }
 assert tuple(METHODS) == METHOD_NAMES, "the table and the space's method names must agree"
 

@@ -215,9 +215,11 @@ def test_vllm_cli_line_is_unchanged(monkeypatch):
 
 
 def test_each_engine_spells_every_method_it_supports():
-    methods = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"}
+    vllm_only = {"suffix", "medusa", "mlp_speculator"}
+    methods = {"ngram", "draft_model", "eagle", "eagle3", "mtp", *vllm_only}
     assert set(METHOD_SPELLINGS["vllm"]) == methods
     assert all(k == v for k, v in METHOD_SPELLINGS["vllm"].items())
-    # Suffix decoding is vLLM's (Arctic Inference): neither SGLang nor TRT-LLM has it.
-    assert set(METHOD_SPELLINGS["sglang"]) == methods - {"suffix"}
-    assert set(METHOD_SPELLINGS["trtllm"]) == methods - {"eagle", "suffix"}  # nor EAGLE-1
+    # Suffix decoding (Arctic Inference), Medusa and MLP speculators are not exported to
+    # SGLang or TensorRT-LLM (TRT-LLM's Medusa needs a choices tree SpecTune does not search).
+    assert set(METHOD_SPELLINGS["sglang"]) == methods - vllm_only
+    assert set(METHOD_SPELLINGS["trtllm"]) == methods - {"eagle", *vllm_only}  # nor EAGLE-1

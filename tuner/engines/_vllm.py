@@ -43,12 +43,25 @@ __all__ = [
     "speed_env",
     "suffix_trees_installed",
     "suffix_trees_missing",
+    "vllm_runner_has",
 ]
 
 _MODULE = "vllm.entrypoints.openai.api_server"
 
 # vLLM spells each method as SpecTune does (``speculative_config.method``).
-VLLM_METHODS = {m: m for m in ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")}
+VLLM_METHODS = {
+    m: m
+    for m in (
+        "ngram",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "mtp",
+        "suffix",
+        "medusa",
+        "mlp_speculator",
+    )
+}
 
 # The flags a job's ``engine.extra_args`` may pass to vLLM: scheduling, KV cache and logging
 # knobs. Never what moves or exposes the server (host, port, key, origins, TLS, sockets),
@@ -103,6 +116,25 @@ def vllm_has_spec_field(name: str) -> bool | None:
         src = Path(root) / "config" / "speculative.py"
         if src.is_file():
             return re.search(rf"^\s+{re.escape(name)}\s*:", src.read_text(), re.M) is not None
+    return None
+
+
+@functools.cache
+def vllm_runner_has(method: str) -> bool | None:
+    """Whether the installed vLLM's V1 model runner builds a proposer for ``method`` (its
+    ``SpeculativeConfig`` accepts more methods than the runner has: 0.32 takes
+    ``mlp_speculator`` and the runner then raises at start, after the model loaded). Read
+    from its source; None: vLLM is not installed here."""
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.submodule_search_locations:
+        return None
+    for root in found.submodule_search_locations:
+        src = Path(root) / "v1" / "worker" / "gpu_model_runner.py"
+        if src.is_file():
+            return (
+                re.search(rf"""method\s*==\s*["']{re.escape(method)}["']""", src.read_text())
+                is not None
+            )
     return None
 
 
@@ -294,7 +326,14 @@ class VLLMServer(ServerProcess):
         """vLLM takes ``draft_sample_method`` where its ``SpeculativeConfig`` has the field
         (0.32 does; older releases refuse the key at start, after a minute's load), and
         suffix decoding only with Arctic Inference's suffix trees installed beside it."""
-        if (spec or {}).get("method") == "suffix" and (why := suffix_trees_missing()):
+        method = (spec or {}).get("method")
+        if method == "mlp_speculator" and vllm_runner_has(method) is False:
+            return (
+                "methods.mlp_speculator: the installed vLLM's model runner has no MLP "
+                "speculator proposer (its speculative config accepts the method; the runner "
+                "raises 'Unknown speculative decoding method' at start, after the model load)"
+            )
+        if method == "suffix" and (why := suffix_trees_missing()):
             return f"methods.suffix: vLLM's suffix decoding: {why}"
         if (spec or {}).get("draft_sample_method") is None:
             return None

@@ -31,6 +31,7 @@ from tuner.space._methods import (
     MtpMethod,
     NgramMethod,
     SpaceError,
+    StackedHeadMethod,
     StartPoint,
     SuffixMethod,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "SamplingSpec",
     "SearchSpace",
     "SpaceError",
+    "StackedHeadMethod",
     "StartPoint",
     "SuffixMethod",
     "WorkloadSpec",

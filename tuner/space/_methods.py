@@ -24,6 +24,7 @@ __all__ = [
     "MtpMethod",
     "NgramMethod",
     "SpaceError",
+    "StackedHeadMethod",
     "StartPoint",
     "SuffixMethod",
 ]
@@ -135,6 +136,15 @@ class HeadMethod(StrictModel):
     draft_sample_method: DraftSampling | None = _draft_sampling_field()
 
 
+class StackedHeadMethod(StrictModel):
+    """Medusa heads or an MLP speculator: extra heads trained on one target, the i-th
+    predicting position i from the target's last hidden state (no draft forward of its own
+    beyond them); ``num_speculative_tokens`` at most the heads it has."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=4)
+    heads: CheckpointList
+
+
 class MtpMethod(StrictModel):
     """The checkpoint's own multi-token-prediction layers (DeepSeek-V3, MiMo, Qwen3-Next...)."""
 
@@ -191,7 +201,16 @@ class SuffixMethod(StrictModel):
     )
 
 
-METHOD_NAMES = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
+METHOD_NAMES = (
+    "ngram",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "suffix",
+    "medusa",
+    "mlp_speculator",
+)
 
 
 class Methods(StrictModel):
@@ -201,6 +220,8 @@ class Methods(StrictModel):
     eagle3: HeadMethod | None = None
     mtp: MtpMethod | None = None
     suffix: SuffixMethod | None = None
+    medusa: StackedHeadMethod | None = None
+    mlp_speculator: StackedHeadMethod | None = None
 
     def enabled(self) -> list[str]:
         return [name for name in METHOD_NAMES if getattr(self, name) is not None]
@@ -209,11 +230,15 @@ class Methods(StrictModel):
 class StartPoint(StrictModel):
     """A known-good candidate measured right after the baseline (before the sampler guesses)."""
 
-    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
+    method: Literal[
+        "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa", "mlp_speculator"
+    ]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_RANGE)]
     prompt_lookup_min: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     prompt_lookup_max: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     draft: str | None = None
-    head: str | None = Field(None, description="eagle/eagle3: one of the method's heads")
+    head: str | None = Field(
+        None, description="eagle/eagle3/medusa/mlp_speculator: one of the method's heads"
+    )
     max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
     memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
