@@ -71,6 +71,7 @@ class OfflinePrices:
                         "num_drafts": a.num_drafts,
                         "num_draft_tokens": a.num_draft_tokens,
                         "num_accepted_tokens": a.num_accepted_tokens,
+                        "num_rounds": a.num_rounds,
                         **_errors(a),
                     }
                     for k, a in depths.items()
@@ -104,6 +105,7 @@ class OfflinePrices:
                     (),
                     None if se is None else float(se),
                     None if pos is None else tuple(float(x) for x in pos),
+                    int(a.get("num_rounds") or 0),
                 )
         return cls(
             by,

@@ -55,6 +55,19 @@ class OfflineAcceptance:
     # distribution); None for a greedy replay, which is exact on its prompts.
     acceptance_rate_se: float | None = None
     per_position_se: tuple[float, ...] | None = None
+    # Decode rounds walked, with a draft or without one (0: not known, an older price):
+    # a round without a draft commits one token at the baseline's cost.
+    num_rounds: int = 0
+
+    @property
+    def draft_share(self) -> float:
+        """Share of rounds that drafted (1.0 when the rounds are not known)."""
+        return self.num_drafts / self.num_rounds if self.num_rounds else 1.0
+
+    @property
+    def drafted_per_round(self) -> float | None:
+        """Drafted tokens a round, drafts or not (None when the rounds are not known)."""
+        return self.num_draft_tokens / self.num_rounds if self.num_rounds else None
 
     @property
     def acceptance_rate(self) -> float:
@@ -75,7 +88,7 @@ def replay_rounds(
     seqs: Sequence[TokenSequence], k: int, max_tokens: int, propose: Proposer
 ) -> OfflineAcceptance:
     """Walk every sequence's decode rounds at depth ``k`` with ``propose``."""
-    drafts = drafted = accepted = 0
+    drafts = drafted = accepted = rounds = 0
     per_pos = [0] * k
     for n, s in enumerate(seqs):
         full, p = s.tokens, len(s.prompt)
@@ -83,6 +96,7 @@ def replay_rounds(
         committed = 1  # the prefill's token
         while committed < limit:
             ctx = p + committed
+            rounds += 1
             guess = list(propose(n, full, ctx, k))[:k]
             if not guess:
                 committed += 1
@@ -97,4 +111,4 @@ def replay_rounds(
                 per_pos[i] += 1
             committed += a + 1
     rates = tuple(c / drafts if drafts else 0.0 for c in per_pos)
-    return OfflineAcceptance(k, rates, drafts, drafted, accepted)
+    return OfflineAcceptance(k, rates, drafts, drafted, accepted, num_rounds=rounds)

@@ -300,20 +300,34 @@ def offline_prediction(
     calibration: Calibration | float = 0.0,
     floor: float = 0.0,
     se: Sequence[float] | None = None,
+    share: float = 1.0,
+    drafted: float | None = None,
 ) -> tuple[Prediction, Prediction] | None:
     """(prediction, optimistic prediction) of depth ``k`` from the baseline alone; the
     optimistic one has no overhead but ``floor`` a drafted token (the proposer's own), and
     each position's acceptance raised by ``ACCEPTANCE_MARGIN`` or, for a sampled price, by
     twice its standard error ``se`` where that is more."""
+    # A round is priced by what it drafts: only ``share`` of rounds draft (the others commit
+    # one token at the baseline's cost), ``drafted`` tokens a round on average (k when not
+    # known): per position, acceptance per round; the step, the fixed part per drafting
+    # round and the per-token part per drafted token.
+    per_position = [share * a for a in per_position]
+    eff = (drafted if drafted is not None else k) / k
     pred = predict_from_baseline(
-        k, per_position, baseline, objective, cost.fixed, cost.per_token, cost.band(k)
+        k,
+        per_position,
+        baseline,
+        objective,
+        share * cost.fixed,
+        cost.per_token * eff,
+        cost.band(k),
     )
     errs = (list(se or ()) + [0.0] * len(per_position))[: len(per_position)]
     hi = [
         min(1.0, a + max(ACCEPTANCE_MARGIN, 2 * e))
         for a, e in zip(per_position, errs, strict=True)
     ]
-    best = predict_from_baseline(k, hi, baseline, objective, 0.0, floor, 0.0)
+    best = predict_from_baseline(k, hi, baseline, objective, 0.0, floor * eff, 0.0)
     if pred is None or best is None:
         return None
     notes = (
@@ -389,7 +403,18 @@ def offline_predictions(
             if acc is None or config_key(cand) in lay.taken or config_key(cand) in modelled:
                 continue
             per_pos, se = acc.per_position_acceptance, acc.per_position_se
-            got = offline_prediction(k, per_pos, base, metric, cost, cal, floor, se)
+            got = offline_prediction(
+                k,
+                per_pos,
+                base,
+                metric,
+                cost,
+                cal,
+                floor,
+                se,
+                acc.draft_share,
+                acc.drafted_per_round,
+            )
             if got is not None and metric in got[0].metrics:
                 out.append((cand, *got))
     return out
