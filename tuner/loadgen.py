@@ -323,6 +323,7 @@ async def measure(
         slo=slo,
         spec=reading.spec,
         mean_queue_ms=reading.mean_queue_ms,
+        mean_prefill_ms=reading.mean_prefill_ms,
         request_rate_per_s=request_rate,
         endpoint="chat" if prompts[0].chat else "completions",
     )

@@ -85,16 +85,18 @@ class SpecStats:
 class WindowReading:
     """What the engine itself reported about one measured window, filled by its probe when
     the window closes: acceptance (None without speculation or counters) and the mean time
-    requests waited in its queue (ms; None when not exposed)."""
+    requests waited in its queue and spent in prefill (ms; None when not exposed)."""
 
     spec: SpecStats | None = None
     mean_queue_ms: float | None = None
+    mean_prefill_ms: float | None = None
 
 
 def queue_delta(
     before: tuple[float, float] | None, after: tuple[float, float] | None
 ) -> float | None:
-    """Mean time requests waited in the engine's queue over a window, in ms."""
+    """Mean of an engine's time histogram (queue wait, prefill) over a window, in ms, from
+    its (sum seconds, count) before and after."""
     if before is None or after is None:
         return None
     n = after[1] - before[1]
@@ -164,6 +166,11 @@ class Measurement(BaseModel):
     p90_e2e_ms: float | None
     p99_e2e_ms: float | None
     mean_queue_ms: float | None = None
+    mean_prefill_ms: float | None = Field(
+        None,
+        description="Mean prefill time by the engine's own clock (scheduled to first token), "
+        "ms: the part of a request speculation does not shorten, read apart from TTFT",
+    )
     prompt_tokens_mean: float | None = Field(
         None,
         description="Mean prompt tokens per successful request as the engine counted them "
@@ -240,6 +247,7 @@ def summarize(
     spec: SpecStats | None = None,
     mean_queue_ms: float | None = None,
     request_rate_per_s: float | None = None,
+    mean_prefill_ms: float | None = None,
     endpoint: Literal["completions", "chat"] = "completions",
 ) -> Measurement:
     if duration_s <= 0:
@@ -291,6 +299,7 @@ def summarize(
         goodput_req_per_s=good / duration_s,
         errors=errors,
         mean_queue_ms=mean_queue_ms,
+        mean_prefill_ms=mean_prefill_ms,
         request_rate_per_s=request_rate_per_s,
         endpoint=endpoint,
         prompt_tokens_mean=(sum(r.prompt_tokens for r in ok) / len(ok)) if ok else None,

@@ -50,6 +50,7 @@ STAT_METRICS = (
     "p90_e2e_ms",
     "p99_e2e_ms",
     "mean_queue_ms",
+    "mean_prefill_ms",
     "acceptance_rate",
     "mean_acceptance_length",
 )

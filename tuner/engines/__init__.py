@@ -54,6 +54,7 @@ from tuner.engines._vllm import (
 from tuner.engines._vllm_probe import (
     VLLMProbe,
     parse_kv_cache_tokens,
+    parse_prefill_time,
     parse_queue_time,
     parse_spec_counters,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "fetch_metrics_text",
     "free_port",
     "parse_kv_cache_tokens",
+    "parse_prefill_time",
     "parse_queue_time",
     "parse_sglang_spec_gauges",
     "parse_server_snapshot",

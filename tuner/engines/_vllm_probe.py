@@ -17,10 +17,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from tuner.engines._probe import EngineProbe, fetch_metrics_text
 from tuner.metrics import SpecCounters, WindowReading, queue_delta, spec_delta
 
-__all__ = ["VLLMProbe", "parse_kv_cache_tokens", "parse_queue_time", "parse_spec_counters"]
+__all__ = [
+    "VLLMProbe",
+    "parse_kv_cache_tokens",
+    "parse_prefill_time",
+    "parse_queue_time",
+    "parse_spec_counters",
+]
 
 _PREFIX = "vllm:spec_decode_"
 _QUEUE_TIME = "vllm:request_queue_time_seconds"
+# The engine core's own prefill time (first token minus scheduled, engine timestamps): what a
+# request spends before decoding, read apart from the stream, whose first chunk can arrive
+# late when the server's front end is starved of CPU (then TTFT holds decode time too).
+_PREFILL_TIME = "vllm:request_prefill_time_seconds"
 _KV_RE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 
 
@@ -50,12 +60,12 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(drafts, draft_tokens, accepted, ordered, present)
 
 
-def parse_queue_time(text: str) -> tuple[float, float] | None:
-    """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
+def _histogram(text: str, name: str) -> tuple[float, float] | None:
+    """(sum, count) of one histogram over all label sets, if exposed."""
     total = count = 0.0
     seen = False
     for fam in text_string_to_metric_families(text):
-        if fam.name != _QUEUE_TIME:
+        if fam.name != name:
             continue
         for s in fam.samples:
             if s.name.endswith("_sum"):
@@ -64,6 +74,16 @@ def parse_queue_time(text: str) -> tuple[float, float] | None:
             elif s.name.endswith("_count"):
                 count += s.value
     return (total, count) if seen else None
+
+
+def parse_queue_time(text: str) -> tuple[float, float] | None:
+    """(sum seconds, count) of vLLM's ``request_queue_time_seconds`` histogram, if exposed."""
+    return _histogram(text, _QUEUE_TIME)
+
+
+def parse_prefill_time(text: str) -> tuple[float, float] | None:
+    """(sum seconds, count) of vLLM's ``request_prefill_time_seconds``, if exposed."""
+    return _histogram(text, _PREFILL_TIME)
 
 
 def parse_kv_cache_tokens(log_text: str) -> int | None:
@@ -83,16 +103,21 @@ class VLLMProbe(EngineProbe):
 
     @asynccontextmanager
     async def window(self, base_url: str) -> AsyncIterator[WindowReading]:
-        """Counters read before and after the window; their deltas are its acceptance and
-        mean queue time. An unreadable ``/metrics`` raises LoadError."""
+        """Counters read before and after the window; their deltas are its acceptance,
+        mean queue time and mean prefill time. An unreadable ``/metrics`` raises LoadError."""
         reading = WindowReading()
         text = await fetch_metrics_text(base_url)
-        before, q0 = parse_spec_counters(text), parse_queue_time(text)
+        before, q0, p0 = (
+            parse_spec_counters(text),
+            parse_queue_time(text),
+            parse_prefill_time(text),
+        )
         yield reading
         text = await fetch_metrics_text(base_url)
-        after, q1 = parse_spec_counters(text), parse_queue_time(text)
+        after, q1, p1 = parse_spec_counters(text), parse_queue_time(text), parse_prefill_time(text)
         reading.spec = spec_delta(before, after)
         reading.mean_queue_ms = queue_delta(q0, q1)
+        reading.mean_prefill_ms = queue_delta(p0, p1)
 
     def _ids_body(
         self,

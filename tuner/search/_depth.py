@@ -43,6 +43,7 @@ __all__ = [
     "fixed_share_of",
     "predict_depth",
     "predict_from_baseline",
+    "round_cost",
     "step_ms",
     "tau",
 ]
@@ -107,6 +108,47 @@ def step_ms(p: DepthPoint) -> float | None:
         return float(itl)
     tpot = p.metrics.get("mean_tpot_ms")
     return _tau_of(p) * float(tpot) if tpot and tpot > 0 else None
+
+
+def _fixed_ms(m: dict[str, Any]) -> float | None:
+    """The part of a request's time speculation does not shorten: its queue wait and prefill
+    by the engine's own clock (None where the engine does not say). Never above the TTFT the
+    client saw; below it when the first chunk arrived late (a front end starved of CPU sends
+    a request's tokens in one burst: that TTFT holds decode time)."""
+    pre, ttft = m.get("mean_prefill_ms"), m.get("mean_ttft_ms")
+    if pre is None or ttft is None:
+        return None
+    return min(float(ttft), max(0.0, float(m.get("mean_queue_ms") or 0.0)) + float(pre))
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """One launch's decode rounds, per request: what a round costs (ms of the request's time
+    after its prefill, the front end's share included) and what it drafts."""
+
+    ms: float
+    drafted: float  # drafted tokens a round (0 for the baseline)
+    share: float  # share of rounds that drafted (0 for the baseline)
+
+
+def round_cost(p: DepthPoint) -> RoundCost | None:
+    """The launch's rounds from its engine's prefill time and speculation counters: a request
+    commits n tokens in 1 + (n - 1 - accepted) rounds (the prefill's token, then each round
+    one token plus what it accepted). None where the engine does not say."""
+    m = p.metrics
+    fixed, e2e = _fixed_ms(m), m.get("mean_e2e_ms")
+    ok, out, runs = m.get("num_ok"), m.get("output_tokens"), int(m.get("repeats") or 1)
+    if fixed is None or not e2e or not ok or not out:
+        return None
+    n = float(out) / float(ok)  # summed over repeats, as the counters are not (one run's)
+    per_req = float(ok) / runs
+    acc = float(m.get("num_accepted_tokens") or 0.0) / per_req if p.depth else 0.0
+    rounds = n - 1.0 - acc
+    if rounds < 1.0 or (p.depth and m.get("num_draft_tokens") is None):
+        return None
+    drafted = float(m.get("num_draft_tokens") or 0.0) / per_req / rounds
+    share = min(1.0, float(m.get("num_drafts") or 0.0) / per_req / rounds)
+    return RoundCost((float(e2e) - fixed) / rounds, drafted, share)
 
 
 def _line(points: list[tuple[int, float]]) -> tuple[float, float] | None:
@@ -253,7 +295,9 @@ def _scaled(
     """The anchor's metrics moved to depth k with step time s_k (the anchor's: s_a).
 
     Without a queue: TPOT scales by r_tpot; end-to-end = TTFT + decode, with TTFT kept, so
-    r_e2e = (TTFT + (e2e - TTFT) * r_tpot) / e2e; throughput / r_e2e.
+    r_e2e = (TTFT + (e2e - TTFT) * r_tpot) / e2e; throughput / r_e2e. TTFT in r_e2e is the
+    engine's queue wait plus prefill where it says (``_fixed_ms``): a first chunk that came
+    late held decode time, which speculation shortens.
 
     With a queue wait q (mean, ms) in the anchor's TTFT, a request's time is q plus its
     service S = e2e - q (prefill TTFT - q, then decode). In a closed loop of C clients on B
@@ -280,6 +324,8 @@ def _scaled(
     r_tpot = (other + s_k / tau_k) / (other + s_a / tau_a)
     ttft, e2e = m.get("mean_ttft_ms"), m.get("mean_e2e_ms")
     r_e2e, ttft_shift = r_tpot, 0.0
+    if (fixed := _fixed_ms(m)) is not None:
+        ttft = fixed  # what the request spent before decoding, by the engine's clock
     if ttft is not None and e2e and e2e > ttft:
         q = min(max(0.0, float(m.get("mean_queue_ms") or 0.0)), float(ttft))
         r_e2e = ((ttft - q) + (e2e - ttft) * r_tpot) / (e2e - q)
@@ -320,7 +366,8 @@ def predict_from_baseline(
     per_token * k); None without a baseline step or positions reaching k. ``baseline``
     must have run the proposer's batch (``baseline_for``): its queue wait, if any, is
     scaled as ``_scaled`` says."""
-    s0 = step_ms(baseline)
+    rc = round_cost(baseline)
+    s0 = rc.ms if rc is not None else step_ms(baseline)
     if s0 is None or k < 1 or len(per_position) < k:
         return None
     out = _scaled(baseline, per_position, k, s0 * (1.0 + fixed + per_token * k), s0)
