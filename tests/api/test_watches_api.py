@@ -14,6 +14,8 @@ from tests.api.test_predictions import guided_replay_job
 from tests.fake_vllm_metrics import Snap, fake_vllm, snap_after
 from tests.helpers import make_settings
 from tuner.api import create_app
+from tuner.storage import Store
+from tuner.watch._result import CANNOT_TELL
 
 START = Snap(drafts=500, draft_tokens=2000, accepted=900, per_pos=[350, 250, 180, 120])
 
@@ -57,11 +59,67 @@ def test_crud_and_field_errors(service):
 
     bad = client.post("/api/watches", json={"url": "localhost:8000", "job_id": jid})
     assert bad.status_code == 422 and "url" in str(bad.json())
-    missing = client.post("/api/watches", json={"url": "http://h:1", "job_id": 999})
+    missing = client.post("/api/watches", json={"url": "http://127.0.0.1:1", "job_id": 999})
     assert missing.status_code == 422
     assert any(e["loc"][-1] == "job_id" for e in missing.json()["errors"])
-    short = client.post("/api/watches", json={"url": "http://h:1", "job_id": jid, "interval_s": 1})
+    body = {"url": "http://127.0.0.1:1", "job_id": jid, "interval_s": 1}
+    short = client.post("/api/watches", json=body)
     assert short.status_code == 422 and "interval_s" in str(short.json())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5:8000",  # the cluster's internal network
+        "http://169.254.169.254",  # a cloud metadata service
+        "http://vllm.internal:8000",  # a name: not loopback, not configured
+        "https://[fd00::1]:443",
+    ],
+)
+def test_a_watch_on_a_host_not_allowed_is_refused(service, url):
+    """Server-side request forgery: the service would scrape the URL from its own network."""
+    client, jid, _ = service
+    r = client.post("/api/watches", json={"url": url, "job_id": jid})
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["errors"]
+    assert err["loc"][-1] == "url" and err["type"] == "not_allowed"
+    assert "SPECTUNE_WATCH_HOSTS" in err["msg"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost:8000", "http://[::1]:8000", "http://127.0.0.2:1"]
+)
+def test_loopback_may_always_be_watched(service, url):
+    client, jid, _ = service
+    r = client.post("/api/watches", json={"url": url, "job_id": jid})
+    assert r.status_code == 201, r.text
+    assert client.delete(f"/api/watches/{r.json()['id']}").status_code == 204
+
+
+def test_configured_hosts_may_be_watched(tmp_path):
+    settings = make_settings(tmp_path, watch_hosts="vllm.internal:8000,Metrics.Example")
+    assert settings.watch_url_allowed("http://vllm.internal:8000")
+    assert not settings.watch_url_allowed("http://vllm.internal:8001")
+    assert settings.watch_url_allowed("https://metrics.example:9443")
+    assert not settings.watch_url_allowed("http://10.0.0.5:8000")
+    with pytest.raises(ValueError, match="host or host:port"):
+        make_settings(tmp_path, watch_hosts="http://vllm.internal:8000")
+
+
+def test_a_stored_watch_no_longer_allowed_is_not_scraped(tmp_path):
+    """A watch registered before the allow-list (or before it shrank) is kept, not scraped,
+    and says why."""
+    settings = make_settings(tmp_path, watch_tick_s=0.1)
+    jid = guided_replay_job(tmp_path, settings.database_url)
+    wid = Store(settings.database_url).create_watch(jid, "http://10.0.0.5:8000", 5.0).id
+    with TestClient(create_app(settings, run_worker=False)) as client:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            w = client.get(f"/api/watches/{wid}").json()
+            if w["error"]:
+                break
+            time.sleep(0.1)
+    assert w["verdict"] == CANNOT_TELL and "SPECTUNE_WATCH_HOSTS" in w["error"]
 
 
 def test_the_poller_stores_the_verdict_and_the_gauges_show_it(service):

@@ -60,7 +60,7 @@ def create_app(
             worker.start()
         app.state.worker = worker
         # The watches' poller: scrapes every registered server and keeps its latest verdict.
-        poller = WatchPoller(store, settings.watch_tick_s)
+        poller = WatchPoller(store, settings.watch_tick_s, settings.watch_url_allowed)
         poller.start()
         app.state.watch_poller = poller
         try:

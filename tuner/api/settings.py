@@ -18,6 +18,11 @@ submitter could have the worker send any variable's value, as a bearer token, to
 their choosing. The CLI runs the user's own file with the user's own environment and is not
 restricted.
 
+A watch (``POST /api/watches``) has the service scrape ``/metrics`` and ``/v1/models`` of the
+URL it names, from the service's own network: only loopback and the hosts in ``watch_hosts``
+(none by default), so a token holder cannot make the service probe the cluster's internal
+addresses (server-side request forgery).
+
 ``X-Forwarded-For`` is believed only from the peers in ``trusted_proxies`` (none by default):
 otherwise any client on the host could name a new address with each request and so get a
 fresh rate-limit budget every time.
@@ -152,10 +157,17 @@ class ServiceSettings(BaseSettings):
         "host (any port) or host:port. Empty: no hosted reference through the API.",
     )
 
+    watch_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Hosts a watch's url may point at besides loopback, comma-separated; "
+        "host (any port) or host:port. Empty: loopback only.",
+    )
+
     @field_validator(
         "api_token_sha256",
         "hosted_api_key_envs",
         "hosted_hosts",
+        "watch_hosts",
         "path_roots",
         "trusted_proxies",
         mode="before",
@@ -187,7 +199,7 @@ class ServiceSettings(BaseSettings):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return v
 
-    @field_validator("hosted_hosts")
+    @field_validator("hosted_hosts", "watch_hosts")
     @classmethod
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for host in v:
@@ -245,13 +257,24 @@ class ServiceSettings(BaseSettings):
         """Whether a submitted job may measure ``url``: a plain URL on a configured host."""
         if not _PLAIN_URL.fullmatch(url):
             return False
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if not host:
-            return False
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:  # a port over 65535
-            return False
-        shown = f"[{host}]" if ":" in host else host
-        return shown in self.hosted_hosts or f"{shown}:{port}" in self.hosted_hosts
+        return _on_hosts(url, self.hosted_hosts)
+
+    def watch_url_allowed(self, url: str) -> bool:
+        """Whether the service may scrape ``url`` for a watch: loopback, or a configured
+        host (``watch_hosts``)."""
+        host = (urlsplit(url).hostname or "").lower()
+        return bool(host) and (_is_loopback(host) or _on_hosts(url, self.watch_hosts))
+
+
+def _on_hosts(url: str, hosts: tuple[str, ...]) -> bool:
+    """Whether ``url``'s host, or host:port, is one of ``hosts``."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if not host:
+        return False
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port over 65535
+        return False
+    shown = f"[{host}]" if ":" in host else host
+    return shown in hosts or f"{shown}:{port}" in hosts

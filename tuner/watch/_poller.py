@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.errors import RequestError
@@ -42,8 +43,13 @@ class _State:
 class WatchPoller:
     """Start with ``start()`` inside a running event loop; ``await stop()`` ends it."""
 
-    def __init__(self, store: Store, tick_s: float = 1.0) -> None:
+    def __init__(
+        self, store: Store, tick_s: float = 1.0, allowed: Callable[[str], bool] | None = None
+    ) -> None:
         self.store, self.tick_s = store, tick_s
+        # Which URLs may be scraped (the service's allow-list): a watch stored before the
+        # list changed is not scraped, and says why.
+        self.allowed = allowed
         self.states: dict[int, _State] = {}
         self.task: asyncio.Task[None] | None = None
 
@@ -85,6 +91,11 @@ class WatchPoller:
             if now < st.next_scrape:
                 continue
             st.next_scrape = now + min(5.0, info.interval_s / 6.0)
+            if self.allowed is not None and not self.allowed(info.url):
+                st.next_scrape = now + info.interval_s
+                why = f"{info.url}: not a host this service may scrape (SPECTUNE_WATCH_HOSTS)"
+                await self._record(st, CANNOT_TELL, None, why)
+                continue
             if st.model is None:
                 try:
                     st.model = await asyncio.to_thread(load_job_model, self.store, info.job_id)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from tuner.api._deps import MAX_OFFSET, Authorized, StoreDep
+from tuner.api._deps import MAX_OFFSET, Authorized, SettingsDep, StoreDep
 from tuner.api._openapi import AUTH, responses
 from tuner.api.schemas import WatchCreate, WatchList, WatchPublic
 from tuner.api.services import watches
@@ -21,12 +21,15 @@ WatchId = Annotated[int, Path(ge=1, le=MAX_OFFSET, description="watch id")]
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(422, c422="bad url or unknown job_id; each error names its field"),
+    responses=responses(
+        422, c422="bad url, a host not allowed, or unknown job_id; each error names its field"
+    ),
 )
-def create_watch(body: WatchCreate, store: StoreDep) -> WatchPublic:
+def create_watch(body: WatchCreate, store: StoreDep, settings: SettingsDep) -> WatchPublic:
     """Watch a server: the service scrapes its /metrics every ``interval_s`` and keeps the
-    latest verdict (the first one after one whole window)."""
-    return watches.create(store, body)
+    latest verdict (the first one after one whole window). Only loopback and the hosts in
+    SPECTUNE_WATCH_HOSTS may be watched."""
+    return watches.create(settings, store, body)
 
 
 @router.get("")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from tuner.api.schemas import WatchCreate, WatchList, WatchPublic
+from tuner.api.settings import ServiceSettings
 from tuner.errors import InvalidInput
 from tuner.storage import JobNotFound, Store, WatchInfo
 from tuner.watch import check_url
@@ -25,13 +26,21 @@ def public(w: WatchInfo) -> WatchPublic:
     )
 
 
-def create(store: Store, body: WatchCreate) -> WatchPublic:
-    """InvalidInput naming ``url`` or ``job_id`` (an unknown job is a bad field here, not a
-    missing resource: the path is /api/watches)."""
+def create(settings: ServiceSettings, store: Store, body: WatchCreate) -> WatchPublic:
+    """InvalidInput naming ``url`` (not a base URL, or a host the service may not scrape) or
+    ``job_id`` (an unknown job is a bad field here, not a missing resource: the path is
+    /api/watches)."""
     try:
         url = check_url(body.url)
     except ValueError as e:
         raise InvalidInput.field(("body", "url"), str(e)) from None
+    if not settings.watch_url_allowed(url):
+        raise InvalidInput.field(
+            ("body", "url"),
+            f"url: {url!r} is not a host this service may scrape: loopback, or a host in "
+            "SPECTUNE_WATCH_HOSTS",
+            "not_allowed",
+        )
     try:
         return public(store.create_watch(body.job_id, url, body.interval_s))
     except JobNotFound as e:
