@@ -133,3 +133,27 @@ def test_an_offline_price_knows_the_rounds_it_drafted():
     assert acc.drafted_per_round == pytest.approx(2.0)
     old = OfflineAcceptance(4, (0.8, 0.5, 0.4, 0.3), 60, 200, 120)
     assert (old.draft_share, old.drafted_per_round) == (1.0, None)
+
+
+def test_a_line_through_close_depths_never_prices_a_step_below_the_baseline():
+    """Two launches at depths 7 and 8 a step apart in cost (noise): the line falls
+    below the baseline's step at depth 1, which a drafting step never costs."""
+    from tuner.search._depth import predict_depth
+
+    def spec(trial: int, k: int, itl: float) -> DepthPoint:
+        m = {
+            "mean_itl_ms": itl,
+            "mean_tpot_ms": itl / 3.5,
+            "mean_ttft_ms": 15.0,
+            "mean_e2e_ms": 15.0 + 64 * itl / 3.5,
+            "output_tok_per_s": 350.0,
+            "per_position_acceptance": [0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05, 0.05][:k],
+        }
+        return DepthPoint(trial, k, m)
+
+    base = DepthPoint(0, 0, {**_base(None, ttft=15.0).metrics, "mean_itl_ms": 4.0})
+    pts = [spec(1, 8, 9.0), spec(2, 7, 8.0)]  # the line: s(k) = 1 + k ms
+    p = predict_depth(1, pts, base, "output_tok_per_s")
+    assert p is not None
+    # Its step (ITL: one chunk a step) at least the baseline's, not the line's 2 ms.
+    assert p.metrics["mean_itl_ms"] >= 4.0 * 0.999

@@ -101,8 +101,12 @@ def _tau_of(p: DepthPoint) -> float:
 
 
 def step_ms(p: DepthPoint) -> float | None:
-    """A decode step: the mean gap between streamed chunks (one chunk per step carries
-    every token the step committed), else tau * TPOT."""
+    """A decode step: a round's share of the request's time after prefill where the engine
+    says what its rounds hold (``round_cost``: the client's chunks can arrive in bursts),
+    else the mean gap between streamed chunks (one chunk per step carries every token the
+    step committed), else tau * TPOT."""
+    if (rc := round_cost(p)) is not None:
+        return rc.ms
     itl = p.metrics.get("mean_itl_ms")
     if itl and itl > 0:
         return float(itl)
@@ -236,6 +240,10 @@ def predict_depth(
             return None
         s_k = fit[0] + fit[1] * k
         s_a = fit[0] + fit[1] * anchor.depth
+        if baseline is not None and (s0 := step_ms(baseline)) is not None:
+            # A line through close, noisy depths can fall below the baseline's step away
+            # from them: a step that drafts never costs less than one that does not.
+            s_k, s_a = max(s_k, s0), max(s_a, s0)
         out = _scaled(anchor, acc.per_position, k, s_k, s_a)
         spread = 0.01 * abs(k - anchor.depth)
         how = "linear in k, least squares over the launched depths"
