@@ -79,6 +79,15 @@ _DRAFTING = Param(
 )
 
 
+# Methods that look up n-grams of the tokens seen (vLLM's CPU lookup, or its GPU kernels).
+_LOOKUPS = ("ngram", "ngram_gpu")
+_LOOKUP_PARAMS = (
+    _DEPTH,
+    Param("prompt_lookup_min", "prompt_lookup_min", "prompt_lookup_min", start="min"),
+    Param("prompt_lookup_max", "prompt_lookup_max", "prompt_lookup_max", start="max"),
+)
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -97,7 +106,7 @@ class Method:
     def fix(self, params: dict[str, Any]) -> dict[str, Any]:
         """The configuration the engine would really run (vLLM clamps n-gram's max lookup
         up to its min, so a max below the min is that same engine)."""
-        if self.name == "ngram":
+        if self.name in _LOOKUPS:
             lo, hi = params["prompt_lookup_min"], params["prompt_lookup_max"]
             return {**params, "prompt_lookup_max": max(lo, hi)}
         return params
@@ -114,7 +123,7 @@ class Method:
 
     def text(self, params: dict[str, Any]) -> str:
         out = f"{self.name} k={params['num_speculative_tokens']}"
-        if self.name == "ngram":
+        if self.name in _LOOKUPS:
             out += f" lookup={params['prompt_lookup_min']}..{params['prompt_lookup_max']}"
         for p in self.params:
             if p.path:
@@ -128,16 +137,7 @@ class Method:
 
 
 METHODS: dict[str, Method] = {
-    "ngram": Method(
-        "ngram",
-        "n-gram prompt lookup",
-        (
-            _DEPTH,
-            Param("prompt_lookup_min", "prompt_lookup_min", "prompt_lookup_min", start="min"),
-            Param("prompt_lookup_max", "prompt_lookup_max", "prompt_lookup_max", start="max"),
-        ),
-        model_free=True,
-    ),
+    "ngram": Method("ngram", "n-gram prompt lookup", _LOOKUP_PARAMS, model_free=True),
     "draft_model": Method(
         "draft_model",
         "draft model",
@@ -164,6 +164,13 @@ METHODS: dict[str, Method] = {
     ),
     "mlp_speculator": Method(
         "mlp_speculator", "MLP speculator", (_DEPTH, Param("head", "heads", "model", path=True))
+    ),
+    "ngram_gpu": Method("ngram_gpu", "n-gram lookup on the GPU", _LOOKUP_PARAMS, model_free=True),
+    "dflash": Method(
+        "dflash", "DFlash draft", (_DEPTH, Param("head", "heads", "model", path=True))
+    ),
+    "dspark": Method(
+        "dspark", "DSpark draft", (_DEPTH, Param("head", "heads", "model", path=True))
     ),
 }
 assert tuple(METHODS) == METHOD_NAMES, "the table and the space's method names must agree"

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from tuner._stacked_heads import STACKED_HEADS, stacked_head_problem
+from tuner._stacked_heads import HEAD_PROBLEMS
 from tuner.engines import EngineConfig
 from tuner.hardware import nvidia_smi
 from tuner.hub import (
@@ -362,10 +362,10 @@ def preflight(
         _check_eagle(tcfg, spec, fetch, notes)
     elif method == "mtp" and tcfg is not None:
         _check_mtp(tcfg, spec)
-    elif method in STACKED_HEADS and tcfg is not None:
+    elif method in HEAD_PROBLEMS and tcfg is not None:
         field = f"methods.{method}.heads"
         if (head := _locate(str(spec.get("model") or ""), field, fetch, notes)) is not None:
-            why = stacked_head_problem(tcfg, _read_json(head / "config.json", field), spec)
+            why = HEAD_PROBLEMS[method](tcfg, _read_json(head / "config.json", field), spec)
             if why is not None:
                 raise PreflightError(why)
     if memory_bytes == -1:

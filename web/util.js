@@ -120,6 +120,11 @@ const METHOD_PARAMS = {
   eagle3: [],
   mtp: [],
   suffix: ["suffix"],
+  medusa: [],
+  mlp_speculator: [],
+  ngram_gpu: ["lookup"],
+  dflash: [],
+  dspark: [],
 };
 
 // A configuration (a trial, a Pareto point, a current trial) as one line of text; the

@@ -215,11 +215,12 @@ def test_vllm_cli_line_is_unchanged(monkeypatch):
 
 
 def test_each_engine_spells_every_method_it_supports():
-    vllm_only = {"suffix", "medusa", "mlp_speculator"}
+    vllm_only = {"suffix", "medusa", "mlp_speculator", "ngram_gpu", "dflash", "dspark"}
     methods = {"ngram", "draft_model", "eagle", "eagle3", "mtp", *vllm_only}
     assert set(METHOD_SPELLINGS["vllm"]) == methods
     assert all(k == v for k, v in METHOD_SPELLINGS["vllm"].items())
-    # Suffix decoding (Arctic Inference), Medusa and MLP speculators are not exported to
-    # SGLang or TensorRT-LLM (TRT-LLM's Medusa needs a choices tree SpecTune does not search).
+    # Suffix decoding (Arctic Inference), Medusa and MLP speculators, vLLM's GPU n-gram
+    # lookup, DFlash and DSpark are not exported to SGLang or TensorRT-LLM (TRT-LLM's Medusa
+    # needs a choices tree SpecTune does not search; SGLang's DFLASH is not mapped yet).
     assert set(METHOD_SPELLINGS["sglang"]) == methods - vllm_only
     assert set(METHOD_SPELLINGS["trtllm"]) == methods - {"eagle", *vllm_only}  # nor EAGLE-1

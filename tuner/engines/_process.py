@@ -187,9 +187,12 @@ class ServerProcess(abc.ABC):
         self._pid_file: Path | None = None
 
     @classmethod
-    def speculative_problem(cls, spec: Mapping[str, Any] | None) -> str | None:
-        """Why this engine cannot run the speculative config ``spec`` (None: it can). The
-        base engine knows no drafting options: drafts other than greedy are refused."""
+    def speculative_problem(
+        cls, spec: Mapping[str, Any] | None, device: str = "cuda"
+    ) -> str | None:
+        """Why this engine cannot run the speculative config ``spec`` on ``device`` (None: it
+        can). The base engine knows no drafting options: drafts other than greedy are
+        refused."""
         drafting = (spec or {}).get("draft_sample_method")
         if drafting not in (None, "greedy"):
             return (

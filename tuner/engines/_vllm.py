@@ -60,7 +60,17 @@ VLLM_METHODS = {
         "suffix",
         "medusa",
         "mlp_speculator",
+        "ngram_gpu",
+        "dflash",
+        "dspark",
     )
+}
+
+# Methods vLLM runs only on a GPU, and why (checked against the installed source: 0.32's CPU
+# platform patches DFlash's input kernel, so DFlash and DSpark are not refused on CPU).
+_GPU_ONLY = {
+    "ngram_gpu": "its lookup runs as torch.compile'd device kernels over pinned-memory "
+    "buffers in vLLM's GPU model runner; on CPU use method ngram, vLLM's CPU lookup",
 }
 
 # The flags a job's ``engine.extra_args`` may pass to vLLM: scheduling, KV cache and logging
@@ -322,11 +332,16 @@ class VLLMServer(ServerProcess):
     extra_flags: ClassVar[Mapping[str, FlagValue]] = VLLM_EXTRA_FLAGS
 
     @classmethod
-    def speculative_problem(cls, spec: Mapping[str, Any] | None) -> str | None:
+    def speculative_problem(
+        cls, spec: Mapping[str, Any] | None, device: str = "cuda"
+    ) -> str | None:
         """vLLM takes ``draft_sample_method`` where its ``SpeculativeConfig`` has the field
-        (0.32 does; older releases refuse the key at start, after a minute's load), and
-        suffix decoding only with Arctic Inference's suffix trees installed beside it."""
+        (0.32 does; older releases refuse the key at start, after a minute's load), suffix
+        decoding only with Arctic Inference's suffix trees installed beside it, and a GPU-only
+        method only on a GPU."""
         method = (spec or {}).get("method")
+        if device == "cpu" and (why := _GPU_ONLY.get(str(method))) is not None:
+            return f"methods.{method}: vLLM runs {method} only on a GPU ({why})"
         if method == "mlp_speculator" and vllm_runner_has(method) is False:
             return (
                 "methods.mlp_speculator: the installed vLLM's model runner has no MLP "

@@ -105,7 +105,8 @@ class LaunchMeasurer(Measurer):
             preflight(cfg, notes=notes)
         except PreflightError as e:
             raise TrialFailed("invalid_config", f"pre-flight: {e}") from None
-        if (why := self.server_cls.speculative_problem(cfg.speculative_config)) is not None:
+        why = self.server_cls.speculative_problem(cfg.speculative_config, cfg.device)
+        if why is not None:
             raise TrialFailed("invalid_config", f"pre-flight: {why}")
         # The real engine only: a test's stand-in server (launcher) has no build to test.
         if self.launcher is None and self.space.sampled_workload is not None:

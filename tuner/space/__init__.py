@@ -24,6 +24,7 @@ from tuner.space._load import (
 from tuner.space._methods import (
     MAX_RANGE,
     METHOD_NAMES,
+    BlockDraftMethod,
     DraftModelMethod,
     HeadMethod,
     IntRange,
@@ -49,6 +50,7 @@ from tuner.space._space import (
 )
 
 __all__ = [
+    "BlockDraftMethod",
     "GREEDY",
     "MAX_RANGE",
     "MAX_SPACE_BYTES",

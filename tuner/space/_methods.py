@@ -16,6 +16,7 @@ from pydantic import (
 __all__ = [
     "MAX_RANGE",
     "METHOD_NAMES",
+    "BlockDraftMethod",
     "DraftModelMethod",
     "DraftSampleMethod",
     "HeadMethod",
@@ -145,6 +146,15 @@ class StackedHeadMethod(StrictModel):
     heads: CheckpointList
 
 
+class BlockDraftMethod(StrictModel):
+    """DFlash or DSpark (vLLM): a draft trained on one target's hidden states that proposes
+    a block of tokens in one forward. No tiny checkpoint exists here; the space, pre-flight
+    and exports know them, and a GPU job with a published checkpoint can search them."""
+
+    num_speculative_tokens: IntRange = IntRange(min=1, max=8)
+    heads: CheckpointList
+
+
 class MtpMethod(StrictModel):
     """The checkpoint's own multi-token-prediction layers (DeepSeek-V3, MiMo, Qwen3-Next...)."""
 
@@ -210,6 +220,9 @@ METHOD_NAMES = (
     "suffix",
     "medusa",
     "mlp_speculator",
+    "ngram_gpu",
+    "dflash",
+    "dspark",
 )
 
 
@@ -222,6 +235,9 @@ class Methods(StrictModel):
     suffix: SuffixMethod | None = None
     medusa: StackedHeadMethod | None = None
     mlp_speculator: StackedHeadMethod | None = None
+    ngram_gpu: NgramMethod | None = None
+    dflash: BlockDraftMethod | None = None
+    dspark: BlockDraftMethod | None = None
 
     def enabled(self) -> list[str]:
         return [name for name in METHOD_NAMES if getattr(self, name) is not None]
@@ -231,14 +247,26 @@ class StartPoint(StrictModel):
     """A known-good candidate measured right after the baseline (before the sampler guesses)."""
 
     method: Literal[
-        "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa", "mlp_speculator"
+        "ngram",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "mtp",
+        "suffix",
+        "medusa",
+        "mlp_speculator",
+        "ngram_gpu",
+        "dflash",
+        "dspark",
     ]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_RANGE)]
     prompt_lookup_min: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     prompt_lookup_max: Annotated[int, Field(ge=1, le=MAX_RANGE)] | None = None
     draft: str | None = None
     head: str | None = Field(
-        None, description="eagle/eagle3/medusa/mlp_speculator: one of the method's heads"
+        None,
+        description="a method with heads (eagle, eagle3, medusa, mlp_speculator, dflash, "
+        "dspark): one of them",
     )
     max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
     memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None

@@ -303,9 +303,7 @@ class SearchSpace(StrictModel):
             raise ValueError(
                 f"{where}: draft {sp.draft!r} is not one of methods.draft_model.drafts"
             )
-        if sp.head is not None and (
-            sp.method not in ("eagle", "eagle3") or sp.head not in m.heads
-        ):
+        if sp.head is not None and sp.head not in (getattr(m, "heads", None) or ()):
             raise ValueError(f"{where}: head {sp.head!r} is not one of methods.{sp.method}.heads")
         if sp.max_num_seqs is not None and sp.max_num_seqs not in self.max_num_seqs:
             raise ValueError(
