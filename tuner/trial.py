@@ -10,6 +10,7 @@ objective values and SLO constraints to Optuna. What happens to a trial whose wo
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from typing import Any
 
@@ -35,6 +36,8 @@ from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.states import TrialState
 
 __all__ = ["TrialEvent", "TrialRunner"]
+
+log = logging.getLogger(__name__)
 
 
 def _summary(primary: dict[str, Any], got: Measured) -> str:
@@ -73,6 +76,19 @@ class TrialRunner:
         self.interrupted: list[int] = []  # trials cut short by this worker stopping
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
+        """One trial. A worker stalled (SIGSTOP, a frozen VM) for longer than the stale-after
+        time comes back to a trial another worker declared lost and will run again: its
+        first write to Optuna is refused, and its row, if it has one, ends ``interrupted``
+        (not left running for ever); the job goes on."""
+        try:
+            return self._call(trial)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.ctx.store.fail_orphaned_trials(
+                self.ctx.job_id, [trial.number], detail=_lost(trial.number).detail
+            )
+            raise _lost(trial.number) from None
+
+    def _call(self, trial: optuna.Trial) -> list[float]:
         ctx, space = self.ctx, self.ctx.space
         if ctx.control.cancelled:
             if ctx.worker.stopping():
@@ -119,7 +135,8 @@ class TrialRunner:
             raise optuna.TrialPruned(e.evidence) from None
         except BaseException as e:  # interrupted: keep the record honest
             user = isinstance(e, JobCancelled) and not ctx.worker.stopping()
-            if not user:
+            lost = isinstance(e, optuna.exceptions.UpdateFinishedTrialError)
+            if not user and not lost:  # a lost trial's retry is queued by who declared it
                 self.interrupted.append(trial.number)
             reason = "cancelled" if user else "interrupted"
             ctx.store.finish_trial(trial_id, TrialState.FAIL, reason=reason, detail=repr(e))
@@ -137,10 +154,23 @@ class TrialRunner:
         got: Measured,
     ) -> None:
         """Store the result once, then tell the integrations; a trial another worker
-        declared lost meanwhile stores nothing (its retry measures it)."""
+        declared lost meanwhile stores nothing (its retry measures it).
+
+        A worker stalled (SIGSTOP, a frozen VM) just after its result was stored comes back
+        to an Optuna trial another worker has failed as stale: its result stands, read as
+        measured (``Recovery._retry`` keeps it and runs nothing again), and the job goes on;
+        only the Optuna attributes the integrations would add are not written."""
         if not self.ctx.store.store_results(trial_id, got.points, got.stored_extra(), state=state):
             raise _lost(trial.number) from None
-        on_trial_stored(self.ctx, trial, params, state, got)
+        try:
+            on_trial_stored(self.ctx, trial, params, state, got)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            log.warning(
+                "job %s: trial %s: result stored; another worker had declared it lost "
+                "meanwhile, so Optuna keeps it failed and the stored result stands",
+                self.ctx.job_id,
+                trial.number,
+            )
 
     def _candidate(self, trial: optuna.Trial) -> tuple[dict[str, Any], dict[str, Any]]:
         """The configuration to launch (its class's member) and how it was proposed."""

@@ -72,6 +72,20 @@ def test_request_during_outage_answers_503_fast(tmp_path: Path) -> None:
     assert 1.0 < elapsed < 10, elapsed  # retried for db_retry_s (3 s), then answered
 
 
+@pytest.mark.timeout(60)
+def test_the_token_check_rides_out_an_outage_like_every_read(tmp_path: Path) -> None:
+    """Found by bench/soak.py: with no token configured (loopback), every request first
+    asks the database whether any token exists; tried once, that check answered 503 at
+    once to any request that met a database restart, while the route's own reads wait."""
+    url = f"postgresql://spectune@127.0.0.1:{_closed_port()}/spectune"
+    client = TestClient(create_app(make_settings(tmp_path, database_url=url), run_worker=False))
+    t0 = time.monotonic()
+    r = client.get("/api/jobs")
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 503, r.text
+    assert 1.0 < elapsed < 10, elapsed  # waited for db_retry_s (3 s) as the route would
+
+
 def test_worker_store_keeps_the_long_retry(tmp_path: Path) -> None:
     s = make_settings(tmp_path, db_retry_s=1.0)
     with TestClient(create_app(s, run_worker=True)) as c:

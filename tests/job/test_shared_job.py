@@ -328,3 +328,58 @@ def test_a_live_helper_between_slot_and_ask_keeps_its_slot(tmp_path, db_url):
     time.sleep(FAST.grace_s)
     assert not rec.unasked_slots(study)
     assert store.trial_slots_taken(job_id) == 2  # nothing given back
+
+
+def test_a_worker_stalled_after_storing_goes_on_when_its_trial_was_failed(
+    tmp_path, db_url, monkeypatch, caplog
+):
+    """Found by bench/soak.py: a worker SIGSTOPped between storing its result and telling
+    Optuna came back to a trial another worker had failed as stale; the integrations' first
+    Optuna write raised UpdateFinishedTrialError and took the worker's whole job down."""
+    import tuner.trial as trial_mod
+
+    orig, hit = trial_mod.on_trial_stored, []
+
+    def stale_meanwhile(ctx: JobContext, trial: optuna.Trial, *a: Any) -> None:
+        if not hit:  # the sweep of another worker, while this one was stopped
+            hit.append(trial.number)
+            storage = ctx.store.optuna_storage()
+            storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        orig(ctx, trial, *a)
+
+    monkeypatch.setattr(trial_mod, "on_trial_stored", stale_meanwhile)
+    caplog.set_level(logging.WARNING)
+    store, job_id = _run(tmp_path, db_url, trials=4)
+    (n,) = hit
+    assert store.job(job_id).state == "succeeded"
+    assert _ran(store, job_id)[n].state == optuna.trial.TrialState.FAIL
+    row = store.trial(job_id, n)
+    assert row.state == "complete" and row.measurements  # the stored result stands
+    assert f"trial {n}: result stored; another worker had declared it lost" in caplog.text
+
+
+def test_a_worker_stalled_before_its_first_optuna_write_leaves_no_row_running(
+    tmp_path, db_url, monkeypatch
+):
+    """Found by bench/soak.py: a worker SIGSTOPped just after adding its trial's row came
+    back to a trial failed as stale (and retried); Optuna refused its next write, the job
+    thread died, and the row stayed ``running`` for ever beside a failed Optuna trial."""
+    orig, hit = Store.add_trial, []
+
+    def stale_meanwhile(store: Store, job_id: int, number: int, **kw: Any) -> int:
+        trial_id = orig(store, job_id, number, **kw)
+        if not hit:  # the sweep of another worker, while this one was stopped
+            hit.append(number)
+            t = store.load_study(job_id).trials[number]
+            storage = store.optuna_storage()
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        return trial_id
+
+    monkeypatch.setattr(Store, "add_trial", stale_meanwhile)
+    store, job_id = _run(tmp_path, db_url, trials=4)
+    (n,) = hit
+    assert store.job(job_id).state == "succeeded"
+    row = store.trial(job_id, n)
+    assert (row.state, row.fail_reason) == ("fail", "interrupted"), row.state
+    assert not row.measurements
+    assert "declared lost" in row.fail_detail

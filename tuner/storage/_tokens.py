@@ -20,7 +20,7 @@ from sqlalchemy import DateTime, Integer, String, func, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from tuner.storage._models import Base, utcnow
-from tuner.storage._retry import no_retry
+from tuner.storage._retry import no_retry, retry_db
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -122,11 +122,13 @@ class TokenQueries:
                 row.revoked_at = utcnow()
             return _info(row)
 
-    @no_retry
+    @retry_db
     def token_state(self, presented: str | None) -> tuple[bool, bool]:
         """(any token was ever created here, ``presented`` is an active one), in one session.
 
-        The digest is looked up by equality and compared again in constant time."""
+        The digest is looked up by equality and compared again in constant time. Retried
+        like every read: the API asks it before every request, so tried once it answered
+        503 to whatever request met a database restart (found by bench/soak.py)."""
         digest = token_digest(presented) if presented else ""
         with self.session() as s:
             exists = s.scalar(select(ApiTokenModel.token_id).limit(1)) is not None

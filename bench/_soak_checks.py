@@ -1,0 +1,142 @@
+"""The soak's end-of-run checks (bench/soak.py), read from the database after every process
+has stopped: what a fault may never do, counted so that the answer to each is a number.
+
+- a lost job: an id the API answered with and the database does not hold;
+- a lost trial: a trial of a succeeded job that started (its row exists) and has no
+  outcome, neither itself nor any retry of it (a job may stop before its budget: slots it
+  never started are not lost);
+- a duplicated trial: one slot (an original and its retries) measured more than once, or a
+  trial number stored twice;
+- a disagreement: an Optuna trial and SpecTune's row for it in different states, a finished
+  Optuna trial without a row, a row without an Optuna trial, or a trial still running. One
+  pair is by design and counted apart (``stored_not_told``): a result stored by a worker that
+  stopped before telling Optuna, whose trial another worker then failed as stale; the stored
+  result stands and is read as measured (tests/job/test_shared_job.py);
+- an orphan engine: an engine process group alive with no worker left to own it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tests.faults.faultkit import survivors
+from tuner.states import JOB_ENDED
+from tuner.storage import JobNotFound, Store
+
+__all__ = ["check_jobs", "orphan_engines"]
+
+# Optuna's state names against the ones SpecTune's trial rows store.
+_SAME = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "fail", "RUNNING": "running"}
+
+
+def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
+    """Where Optuna's trials and SpecTune's rows of one job disagree (empty: they agree),
+    how many results were stored but not told, and how many started trials are lost."""
+    study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=url)
+    rows = {r.number: r for r in Store(url).trials(job_id)}
+    problems, not_told = [], 0
+    chains: dict[int, bool] = {}  # the first trial of a chain -> some member has an outcome
+    retried = {
+        int(t.system_attrs["failed_trial"])
+        for t in study.trials
+        if "failed_trial" in t.system_attrs
+    }
+    cancelled = Store(url).job(job_id).state == "cancelled"
+    for t in study.trials:
+        if t.state.name == "WAITING":
+            continue  # enqueued, never started: no row yet, by design
+        row = rows.pop(t.number, None)
+        if row is None and t.state.name == "FAIL" and (cancelled or t.number in retried):
+            pass  # asked, then cancelled or its worker died before the row: read as such
+        elif row is None:
+            problems.append(f"trial {t.number}: Optuna {t.state.name}, no SpecTune row")
+        elif row.state != _SAME[t.state.name]:
+            if t.state.name == "FAIL" and row.state in ("complete", "pruned") and row.measurements:
+                not_told += 1
+            else:
+                problems.append(f"trial {t.number}: Optuna {t.state.name}, SpecTune {row.state}")
+        if t.state.name == "RUNNING":
+            problems.append(f"trial {t.number}: still running after the soak")
+        root = int(t.system_attrs.get("failed_trial", t.number))
+        done = row is not None and (
+            row.state in ("complete", "pruned")
+            or (row.state == "fail" and row.fail_reason != "interrupted")
+        )
+        chains[root] = chains.get(root, False) or done
+    problems += [f"trial {n}: SpecTune row without an Optuna trial" for n in sorted(rows)]
+    return problems, not_told, sum(not ok for ok in chains.values())
+
+
+def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
+    """Every check on the jobs the API said it created."""
+    store = Store(url)
+    states: Counter[str] = Counter()
+    lost_jobs: list[int] = []
+    unfinished: list[int] = []
+    failed: dict[int, str | None] = {}
+    lost = duplicated = trials = not_told = 0
+    disagreements: dict[int, list[str]] = {}
+    for job_id in sorted(job_ids):
+        try:
+            job = store.job(job_id)
+        except JobNotFound:
+            lost_jobs.append(job_id)
+            continue
+        states[job.state] += 1
+        if job.state not in JOB_ENDED:
+            unfinished.append(job_id)
+        if job.state == "failed":
+            failed[job_id] = job.error
+        got = survivors(url, job_id)
+        trials += len(got["optuna_states"])
+        duplicated += int(got["duplicated"])
+        problems, told, lost_here = _agreement(url, job_id)
+        not_told += told
+        if job.state == "succeeded":
+            lost += lost_here  # a cancelled or failed job's trials may end interrupted
+        if problems:
+            disagreements[job_id] = problems
+    return {
+        "jobs_finished": sum(n for s, n in states.items() if s in JOB_ENDED),
+        "job_states": dict(states),
+        "lost_jobs": lost_jobs,
+        "unfinished_jobs": unfinished,
+        "failed_jobs": failed,
+        "trials": trials,
+        "lost_trials": lost,
+        "duplicated_trials": duplicated,
+        "disagreements": disagreements,
+        "stored_not_told": not_told,
+    }
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphan_engines(run_dir: Path) -> list[int]:
+    """Engine process groups still alive once every worker has stopped (their pid files in
+    the workers' shared ``run`` folder): none may be."""
+    if not run_dir.is_dir():
+        return []
+    alive = []
+    for p in run_dir.glob("engine-*.json"):
+        try:
+            pgid = int(json.loads(p.read_text())["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _group_alive(pgid):
+            alive.append(pgid)
+    return sorted(alive)
