@@ -57,3 +57,36 @@ def test_sqlite_waits_out_its_write_lock_only():
     with pytest.raises(OperationalError):
         db.write()
     assert db.calls == 1
+
+
+# Study-level calls a job makes once, before or after its trials, under its own retry;
+# the heartbeat's own methods (record_heartbeat keeps beating through errors by itself).
+_NOT_WRAPPED = {
+    "create_new_study",
+    "delete_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "record_heartbeat",
+    "get_heartbeat_interval",
+    "get_heartbeat_stale_trial_callback",
+}
+
+
+def test_every_call_optunas_cache_makes_to_the_database_is_retried():
+    """Found by bench/soak.py: ``study.get_trials`` reaches the database through Optuna's
+    cache as ``_get_trials``, which the retry did not wrap; a PostgreSQL restart during it
+    failed the job (StorageInternalError)."""
+    import inspect
+    import re
+
+    from optuna.storages import _cached_storage
+
+    from tuner.storage._retry import ResilientRDBStorage
+
+    called = set(re.findall(r"self\._backend\.(\w+)", inspect.getsource(_cached_storage)))
+    assert {"_get_trials", "set_trial_state_values"} <= called  # the scan still finds them
+    retried = {
+        n for n in called if getattr(getattr(ResilientRDBStorage, n), "__retry_db__", False)
+    }
+    retried |= {"set_trial_state_values"}  # its own retry, which knows a first attempt
+    assert called - retried - _NOT_WRAPPED == set()

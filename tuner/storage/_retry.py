@@ -98,6 +98,15 @@ class ResilientRDBStorage(RDBStorage):
     get_study_system_attrs = retry_db(RDBStorage.get_study_system_attrs)
     get_trial = retry_db(RDBStorage.get_trial)
     get_all_trials = retry_db(RDBStorage.get_all_trials)
+    # What Optuna's cache in front of every study calls instead of the public methods
+    # (``study.get_trials`` is ``_get_trials``): unwrapped, a restart mid-read failed the
+    # job (found by bench/soak.py).
+    _get_trials = retry_db(RDBStorage._get_trials)
+    _get_best_trial_id = retry_db(RDBStorage._get_best_trial_id)
+    _create_new_trial = retry_db(RDBStorage._create_new_trial)
+    _set_trial_param = retry_db(RDBStorage._set_trial_param)
+    get_study_name_from_id = retry_db(RDBStorage.get_study_name_from_id)
+    get_all_studies = retry_db(RDBStorage.get_all_studies)
     get_n_trials = retry_db(RDBStorage.get_n_trials)
     get_trial_id_from_study_id_trial_number = retry_db(
         RDBStorage.get_trial_id_from_study_id_trial_number
