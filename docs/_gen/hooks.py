@@ -23,7 +23,7 @@ def screenshots() -> str:
     manifest = HERE.parent / "img" / "ui" / "shots.json"
     if not manifest.is_file():
         return (
-            "!!! note \"No screenshots yet\"\n"
+            '!!! note "No screenshots yet"\n'
             "    This page shows screenshots of a real-engine job only. None has been taken\n"
             "    yet: `docs/screenshots.py --db URL --job N` takes them from a database that\n"
             "    holds one (the FAKE-engine pictures of earlier versions are not used here).\n"

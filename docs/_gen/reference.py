@@ -128,7 +128,8 @@ def _operation(method: str, path: str, op: dict[str, Any], out: list[str]) -> No
     out += ["| status | meaning | body |", "|---|---|---|"]
     for code, resp in sorted(op.get("responses", {}).items()):
         media = ", ".join(
-            f"`{m}` {_schema_name(c.get('schema', {}))}" for m, c in resp.get("content", {}).items()
+            f"`{m}` {_schema_name(c.get('schema', {}))}"
+            for m, c in resp.get("content", {}).items()
         )
         out.append(f"| {code} | {_cell(resp.get('description', ''))} | {_cell(media)} |")
     out.append("")

@@ -47,9 +47,11 @@ class Block:
 
     @property
     def not_run(self) -> str | None:
-        return self.marker.removeprefix("not-run:").strip() if self.marker.startswith(
-            "not-run:"
-        ) else None
+        return (
+            self.marker.removeprefix("not-run:").strip()
+            if self.marker.startswith("not-run:")
+            else None
+        )
 
     @property
     def exit_code(self) -> int:
@@ -76,7 +78,9 @@ def blocks(page: Path) -> list[Block]:
         i += 1
         prev = next((x.strip() for x in reversed(lines[:start]) if x.strip()), "")
         mk = MARKER.match(prev)
-        found.append(Block(page, start + 1, mk.group(1) if mk else "", _commands(body, start), lang))
+        found.append(
+            Block(page, start + 1, mk.group(1) if mk else "", _commands(body, start), lang)
+        )
     return found
 
 
@@ -132,6 +136,13 @@ def _json_shape(doc, got, at: str) -> list[str]:
     return [] if isinstance(got, type(doc)) else [f"{at}: {got!r} is not a {type(doc).__name__}"]
 
 
+def _line_matches(documented: str, got: str) -> bool:
+    """Equal, or a documented line cut short with ``...`` that starts the output's line."""
+    if documented.endswith(ELISION):
+        return got.startswith(documented[: -len(ELISION)])
+    return documented == got
+
+
 def same_shape(documented: list[str], got: str) -> list[str]:
     """Why ``got`` does not have the documented output's shape (empty when it has)."""
     text = "\n".join(documented).strip()
@@ -150,7 +161,7 @@ def same_shape(documented: list[str], got: str) -> list[str]:
     have = normalise(got)
     k = 0
     for ln in want:
-        while k < len(have) and have[k] != ln:
+        while k < len(have) and not _line_matches(ln, have[k]):
             k += 1
         if k == len(have):
             return [f"documented line not in the output (in order): {ln!r}"]

@@ -44,25 +44,26 @@ NOT_RUN = {
     "docs/integrations.md": [".venv/bin/pip install 'spectune[dashboard]'"],
     "docs/web-ui.md": [".venv/bin/python docs/screenshots.py --db sqlite:///spectune.db --job 1"],
     "docs/benchmarks.md": [
+        "make demo",
         ".venv/bin/python bench/search_efficiency.py --surface bench/surfaces/tiny-cpu.jsonl "
         "--seeds 30 --budget 40",
-        ".venv/bin/python bench/search_efficiency.py --surface bench/surfaces/tiny-cpu.jsonl "
-        "--whole-job --seeds 30 --strategies spectune,tpe,random,grid",
         ".venv/bin/python bench/search_efficiency.py --surface "
         "bench/surfaces/tiny-cpu-sampled.jsonl --whole-job --seeds 30",
+        ".venv/bin/python bench/search_efficiency.py --surface bench/surfaces/tiny-cpu.jsonl "
+        "--whole-job --seeds 30 --strategies spectune,tpe,random,grid",
         ".venv/bin/python bench/record_surface.py search_spaces/wide-cpu.yaml "
         "--out bench/surfaces/wide-cpu.jsonl",
         ".venv/bin/python bench/protocol_spread.py --space search_spaces/tiny-cpu.yaml "
-        "--params '[{\"method\": \"none\"}, {\"method\": \"ngram\", "
+        '--params \'[{"method": "none"}, {"method": "ngram", '
         '"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}]\' '
-        "--protocols '{\"fixed\": {\"warmup\": \"fixed\", \"repeat_s\": null}, \"steady\": "
+        '--protocols \'{"fixed": {"warmup": "fixed", "repeat_s": null}, "steady": '
         '{"warmup": "steady", "repeat_s": 5}}\' --launches 6 --extra steady=4',
         ".venv/bin/python bench/relaunch.py --space search_spaces/tiny-cpu.yaml "
-        "--params '{\"method\": \"none\"}' --launches 6",
+        '--params \'{"method": "none"}\' --launches 6',
         ".venv/bin/python bench/fidelity.py --url http://127.0.0.1:8000 --model fake --runs 3",
-        ".venv/bin/python bench/sampled_traffic.py",
         ".venv/bin/pytest tests/engines/test_sampling_vllm.py tests/offline/test_offline_vllm.py"
         " -m engine",
+        ".venv/bin/python bench/sampled_traffic.py",
         ".venv/bin/python bench/queueing.py",
         ".venv/bin/spectune run search_spaces/tiny-cpu-suffix.yaml",
         ".venv/bin/python bench/workers_speedup.py",
@@ -128,7 +129,9 @@ def _curl(argv: list[str], client) -> tuple[int, str]:
         else:
             url = a
     assert url, "curl without a URL"
-    resp = client.request(method or ("POST" if data else "GET"), url, content=data, headers=headers)
+    resp = client.request(
+        method or ("POST" if data else "GET"), url, content=data, headers=headers
+    )
     return 0, resp.text
 
 
@@ -177,9 +180,7 @@ class _Runner:
             assert not problems, f"{where}: {problems[0]}\n--- got ---\n{out[-3000:]}"
 
 
-@pytest.mark.parametrize(
-    "page", _pages_with_examples(), ids=lambda p: str(p.relative_to(REPO))
-)
+@pytest.mark.parametrize("page", _pages_with_examples(), ids=lambda p: str(p.relative_to(REPO)))
 def test_page_examples_run(page, tmp_path, replay_db, request, monkeypatch):
     monkeypatch.chdir(REPO)
     # `plan` reports hub models as the cache holds them: none here, and downloads allowed.
