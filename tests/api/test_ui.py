@@ -4,7 +4,7 @@ The server is the real app under uvicorn on a free loopback port, with its embed
 only the engine is the FAKE OpenAI server (a test-only constructor argument), so the job runs
 in seconds. The chart's numbers here measure nothing real.
 
-The README's screenshots come from scripts/screenshots.py (labelled as FAKE data), not from here.
+The docs' screenshots come from docs/screenshots.py (a real-engine job's database), not from here.
 """
 
 from __future__ import annotations

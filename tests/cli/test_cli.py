@@ -27,7 +27,7 @@ from tuner.space import loads_space
 from tuner.storage import Store
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+TROUBLESHOOTING = (REPO / "docs" / "troubleshooting.md").read_text()
 REPLAY = TINY_REPLAY_SPACE.replace("{name}", "cli-replay").replace(
     "{model}", "../models/tiny/target"
 )
@@ -72,13 +72,13 @@ def test_version_is_the_installed_distributions(capsys):
     assert capsys.readouterr().out.strip() == f"spectune {version('spectune')}"
 
 
-def test_help_and_readme_give_every_exit_code(capsys):
+def test_help_and_docs_give_every_exit_code(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     text = capsys.readouterr().out
     listed = {int(m) for m in re.findall(r"^  (\d+) +\S", text.split("exit codes:")[1], re.M)}
     assert listed == {cli.EXIT_OK, cli.EXIT_FAIL, cli.EXIT_INPUT, cli.EXIT_INFEASIBLE, 130}
-    section = README.split("### Exit codes")[1].split("\n#")[0]
+    section = TROUBLESHOOTING.split("## Exit codes")[1].split("\n#")[0]
     assert {int(m) for m in re.findall(r"^\| `(\d+)` \|", section, re.M)} == listed
 
 

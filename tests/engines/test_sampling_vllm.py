@@ -15,7 +15,7 @@ engine, and the distribution check passes a lossless engine and flags lossy ones
   k=3 against the baseline gave p = 0.001 (the smallest 999 permutations give) in bf16 and
   in float32, seeded or not, at temperature 0.8 (top-p 0.95 or none) and 1.0, while the
   baseline against itself gave 0.22 to 0.87. If the unfixed launch passes, the CPU build was
-  fixed upstream: update README "Sampled traffic".
+  fixed upstream: update docs/concepts/sampled-traffic.md.
 
 Four launches of about 30 s each."""
 
