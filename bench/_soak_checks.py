@@ -8,10 +8,10 @@ has stopped: what a fault may never do, counted so that the answer to each is a 
 - a duplicated trial: one slot (an original and its retries) measured more than once, or a
   trial number stored twice;
 - a disagreement: an Optuna trial and SpecTune's row for it in different states, a finished
-  Optuna trial without a row, a row without an Optuna trial, or a trial still running. One
-  pair is by design and counted apart (``stored_not_told``): a result stored by a worker that
-  stopped before telling Optuna, whose trial another worker then failed as stale; the stored
-  result stands and is read as measured (tests/job/test_shared_job.py);
+  Optuna trial without a row, a row without an Optuna trial, or a trial still running. A
+  result stored by a worker that stopped before telling Optuna (its trial then failed as
+  stale) agrees only once a retry has told Optuna those values with no launch (its row
+  reuses the stored one): counted as ``told_by_retry``;
 - an orphan engine: an engine process group alive with no worker left to own it.
 """
 
@@ -48,6 +48,13 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
         if "failed_trial" in t.system_attrs
     }
     cancelled = Store(url).job(job_id).state == "cancelled"
+    told = {  # trials whose stored result a retry told Optuna, with no launch
+        r.reused_from
+        for r in rows.values()
+        if r.reused_from is not None
+        and r.state in ("complete", "pruned")
+        and study.trials[r.number].system_attrs.get("retry_history", [None])[-1] == r.reused_from
+    }
     for t in study.trials:
         if t.state.name == "WAITING":
             continue  # enqueued, never started: no row yet, by design
@@ -57,7 +64,7 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
         elif row is None:
             problems.append(f"trial {t.number}: Optuna {t.state.name}, no SpecTune row")
         elif row.state != _SAME[t.state.name]:
-            if t.state.name == "FAIL" and row.state in ("complete", "pruned") and row.measurements:
+            if t.state.name == "FAIL" and t.number in told:
                 not_told += 1
             else:
                 problems.append(f"trial {t.number}: Optuna {t.state.name}, SpecTune {row.state}")
@@ -112,7 +119,7 @@ def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
         "lost_trials": lost,
         "duplicated_trials": duplicated,
         "disagreements": disagreements,
-        "stored_not_told": not_told,
+        "told_by_retry": not_told,
     }
 
 

@@ -261,7 +261,7 @@ class Soak(Clients):
             "rss_growth_mb": self.rss_growth_mb(),
             "lost_jobs": len(checks["lost_jobs"]),
             "disagreements": sum(len(v) for v in checks["disagreements"].values()),
-            "stored_not_told": checks["stored_not_told"],
+            "told_by_retry": checks["told_by_retry"],
             "idempotency_breaks": c["idempotency_breaks"],
             "ssrf_accepted": c["ssrf_accepted"],
             "faults": {

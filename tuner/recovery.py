@@ -120,8 +120,11 @@ class Recovery:
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str, *, row: bool = True
     ) -> bool:
         store, job_id = self.ctx.store, self.ctx.job_id
-        if row and store.trial_state(job_id, trial.number) not in (None, TrialState.RUNNING):
-            return False  # its result (or its failure) is stored: keep it, run nothing again
+        if row and store.trial_state(job_id, trial.number) == TrialState.FAIL:
+            return False  # its failure is stored, as Optuna now says: run nothing again
+        # A stored result (its worker stopped between storing it and telling Optuna) is
+        # retried too: the retry finds it (``TrialRunner._reuse``) and tells Optuna its
+        # values with no launch, so the sampler learns what was measured, once.
         store.fail_orphaned_trials(job_id, [trial.number], detail=why)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

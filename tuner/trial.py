@@ -68,6 +68,13 @@ def _lost(number: int) -> TrialFailed:
     )
 
 
+def _retry_of(trial: optuna.Trial) -> int | None:
+    """The trial this one runs again (Optuna's retry callback), or None."""
+    frozen = trial.study.get_trials(deepcopy=False)[trial.number]
+    history = frozen.system_attrs.get("retry_history") or []
+    return history[-1] if history else None
+
+
 class TrialRunner:
     """The objective Optuna calls: one trial per call, for the job ``ctx`` names."""
 
@@ -158,8 +165,8 @@ class TrialRunner:
 
         A worker stalled (SIGSTOP, a frozen VM) just after its result was stored comes back
         to an Optuna trial another worker has failed as stale: its result stands, read as
-        measured (``Recovery._retry`` keeps it and runs nothing again), and the job goes on;
-        only the Optuna attributes the integrations would add are not written."""
+        measured, and the retry that worker queued tells Optuna its values with no launch
+        (``_reuse``); the job goes on, without the Optuna attributes the integrations add."""
         if not self.ctx.store.store_results(trial_id, got.points, got.stored_extra(), state=state):
             raise _lost(trial.number) from None
         try:
@@ -202,7 +209,8 @@ class TrialRunner:
         prev = self.ctx.store.previous_run(self.ctx.job_id, cfg.key(), trial.number)
         if prev is None:
             return None
-        self.strategy.enqueue_neighbour(trial, params)
+        if _retry_of(trial) != prev.number:  # not a retry telling Optuna a stored result
+            self.strategy.enqueue_neighbour(trial, params)
         ms = [dict(m.metrics) for m in prev.measurements]
         if prev.state == TrialState.PRUNED:
             raise Pruned(

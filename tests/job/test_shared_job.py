@@ -272,9 +272,13 @@ def test_a_result_stored_before_optuna_was_told_reads_as_measured(tmp_path, db_u
     assert rec["state"] == "complete" and rec["fail_reason"] is None
     assert rec["output_tok_per_s"] == row.measurements[0].metrics["output_tok_per_s"]
     assert n in {p.trial_number for p in job_report(store, job_id).points}  # front candidate
-    # It was not measured again, and its slot was not given back: the budget is 4 trials.
-    assert not any(t.system_attrs.get("failed_trial") == n for t in _ran(store, job_id))
-    assert len(_ran(store, job_id)) == 4
+    # It was not measured again: its retry told Optuna the stored values, with no launch.
+    (retry,) = [t for t in _ran(store, job_id) if t.system_attrs.get("failed_trial") == n]
+    assert retry.state == optuna.trial.TrialState.COMPLETE
+    assert store.trial(job_id, retry.number).reused_from == n
+    launched = [r for r in store.trials(job_id) if r.measurements and r.reused_from is None]
+    assert len(launched) == 4  # the budget, each measured once
+    assert len(_ran(store, job_id)) == 5  # the four and the retry that told Optuna
 
 
 def test_a_retried_trial_without_a_row_reads_interrupted(tmp_path, db_url, monkeypatch):
