@@ -148,6 +148,10 @@ def _run_trials(
             if store.reopen_search(job_id):
                 stopped, on_outlook, reopen = None, False, False
                 continue
+        if stopped is not None and recovery.tells_waiting(study):
+            if store.take_trial_slot(job_id):
+                recovery.run_one(study, runner)  # Optuna told a stored result: no launch
+                continue
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
@@ -202,6 +206,37 @@ def _end(ctx: JobContext, state: JobState, error: str | None) -> None:
         on_job_stopped(ctx.store, ctx.job_id, state)
 
 
+def _set_up(
+    ctx: JobContext, prompts: dict[str, list[Prompt]], measurers: MeasurerFactory | None
+) -> tuple[optuna.Study, Recovery, TrialRunner]:
+    """The study, its recovery and the trial runner of one worker's part in a job; the
+    owner also seeds the start points and syncs the budget's slots."""
+    store, job_id, space, worker = ctx.store, ctx.job_id, ctx.space, ctx.worker
+    # Another seed per helper: two samplers with one seed and one history propose the same
+    # point; the constant liar keeps each away from what the others are running. Kept in
+    # NumPy's seed range (0 to 2**32-1): past it, the sampler refuses the seed.
+    seed = space.seed
+    if not ctx.owner:
+        seed = (seed + 1 + zlib.crc32(str(worker.worker_id).encode())) % 2**32
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True)
+    recovery = Recovery(ctx, reap=lambda: reap_stale(ctx.work_dir / "run"))
+    study = store.load_study(job_id, sampler=sampler, storage=recovery.storage)
+    strategy = SearchStrategy(ctx, prompts)
+    if ctx.owner:
+        recovery.sweep(study)
+        if not study.trials:
+            for params, skip in strategy.initial_params():
+                note = {GUIDE_ATTR: {"by": "start"}}
+                study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
+        store.sync_trial_slots(job_id, slots_used(study))
+    measurer = (measurers or default_measurer)(ctx, prompts)
+    measurer.prepare()  # the job's hub models fetched before any launch or trial clock
+    if space.hosted and measurer.live and ctx.owner:
+        measure_references(store, job_id, space, prompts)
+    runner = TrialRunner(ctx, measurer, strategy)
+    return study, recovery, runner
+
+
 def run_job(
     store: Store,
     job_id: int,
@@ -249,32 +284,17 @@ def run_job(
     except WorkloadError as e:
         _end(ctx, JobState.FAILED, str(e))
         raise
-    # Another seed per helper: two samplers with one seed and one history propose the same
-    # point; the constant liar keeps each away from what the others are running. Kept in
-    # NumPy's seed range (0 to 2**32-1): past it, the sampler refuses the seed.
-    seed = space.seed
-    if not ctx.owner:
-        seed = (seed + 1 + zlib.crc32(str(worker.worker_id).encode())) % 2**32
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=True)
-    recovery = Recovery(ctx, reap=lambda: reap_stale(ctx.work_dir / "run"))
-    study = store.load_study(job_id, sampler=sampler, storage=recovery.storage)
-    strategy = SearchStrategy(ctx, prompts)
-    if ctx.owner:
-        recovery.sweep(study)
-        if not study.trials:
-            for params, skip in strategy.initial_params():
-                note = {GUIDE_ATTR: {"by": "start"}}
-                study.enqueue_trial(params, skip_if_exists=skip, user_attrs=note)
-        store.sync_trial_slots(job_id, slots_used(study))
-    measurer = (measurers or default_measurer)(ctx, prompts)
-    measurer.prepare()  # the job's hub models fetched before any launch or trial clock
-    if space.hosted and measurer.live and ctx.owner:
-        measure_references(store, job_id, space, prompts)
-    runner = TrialRunner(ctx, measurer, strategy)
+    try:
+        study, recovery, runner = _set_up(ctx, prompts, measurers)
+    except JobCancelled:
+        raise  # a stopping worker puts the job back (``Worker._release``)
+    except Exception as e:  # left running with no owner, the job would wait for ever
+        _end(ctx, JobState.FAILED, f"{type(e).__name__}: {e}")
+        raise
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         on_job_start(study, space)  # names objectives of older studies too; MLflow ready
-        conf = Confirmation(ctx, measurer)
+        conf = Confirmation(ctx, runner.measurer)
         stopped = _run_trials(ctx, study, runner, recovery, conf)
         if not ctx.owner:
             return store.job(job_id)

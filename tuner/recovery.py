@@ -135,6 +135,25 @@ class Recovery:
         store.refund_trial_slot(job_id)
         return True
 
+    def tells_waiting(self, study: optuna.Study) -> bool:
+        """True when every waiting trial is a retry of a trial whose result is stored: each
+        only tells Optuna those values (``TrialRunner._reuse``, no launch), so the owner
+        runs them even after the search closed. Any other waiting trial would launch."""
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if not waiting:
+            return False
+        store, job_id = self.ctx.store, self.ctx.job_id
+        for t in waiting:
+            history = t.system_attrs.get("retry_history") or []
+            if not history:
+                return False
+            if store.trial_state(job_id, history[-1]) not in (
+                TrialState.COMPLETE,
+                TrialState.PRUNED,
+            ):
+                return False
+        return True
+
     def requeue(self, study: optuna.Study, numbers: list[int]) -> None:
         """Trials this worker cut short when asked to stop run again elsewhere."""
         trials = study.get_trials(deepcopy=False)

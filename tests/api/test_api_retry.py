@@ -95,3 +95,25 @@ def test_worker_store_keeps_the_long_retry(tmp_path: Path) -> None:
     assert get_store(s).retry_for_s == 1.0
     w = worker_from_settings(Store(s.database_url), s)
     assert w.store.retry_for_s == RETRY_FOR_S
+
+
+def test_a_lost_connection_inside_optunas_storage_is_a_503(tmp_path: Path, monkeypatch) -> None:
+    """Found by bench/soak.py: Optuna wraps a lost connection in StorageInternalError, which
+    the API answered as a 500 (a bug) rather than a 503 (the database)."""
+    import optuna
+    from sqlalchemy.exc import OperationalError
+
+    from tuner.api.services import jobs
+
+    def lost(*a: object, **kw: object) -> None:
+        try:
+            raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+        except OperationalError as e:
+            raise optuna.exceptions.StorageInternalError("during the commit") from e
+
+    monkeypatch.setattr(jobs, "submit", lost)
+    settings = make_settings(tmp_path)
+    Store(settings.database_url).ensure_schema()  # the token check reads its table first
+    client = TestClient(create_app(settings, run_worker=False), raise_server_exceptions=False)
+    r = client.post("/api/jobs", json={"preset": "tiny-cpu"})
+    assert r.status_code == 503 and r.json()["detail"] == "database unavailable", r.text

@@ -90,3 +90,29 @@ def test_every_call_optunas_cache_makes_to_the_database_is_retried():
     }
     retried |= {"set_trial_state_values"}  # its own retry, which knows a first attempt
     assert called - retried - _NOT_WRAPPED == set()
+
+
+def test_a_service_starting_during_a_database_restart_waits_for_it(monkeypatch, capsys):
+    """Found by bench/soak.py: a worker restarted while PostgreSQL was starting up exited
+    ("the database system is starting up") and its slot stayed empty."""
+    from tuner.cli import _service
+
+    class _Store:
+        def __init__(self, errors: list[Exception]) -> None:
+            self.errors, self.calls = errors, 0
+
+        def ensure_schema(self) -> None:
+            self.calls += 1
+            if self.errors:
+                raise self.errors.pop(0)
+
+    monkeypatch.setattr(_service.time, "sleep", lambda s: None)
+    store = _Store([_lost(), _lost()])
+    _service._ensure_schema(store)  # type: ignore[arg-type]
+    assert store.calls == 3
+    assert capsys.readouterr().err.count("database unreachable; trying again") == 2
+    bad = StorageError("database schema is at revision x")  # not a lost connection
+    with pytest.raises(StorageError):
+        _service._ensure_schema(_Store([bad]))  # type: ignore[arg-type]
+    with pytest.raises(StorageError):  # still away after the wait
+        _service._ensure_schema(_Store([_lost(), _lost()]), wait_s=-1)  # type: ignore[arg-type]

@@ -128,7 +128,8 @@ def test_a_finished_job_reads_right_in_the_dashboard(finished_job: FinishedJob):
 
 
 def test_the_dashboard_on_a_read_only_url_reads_and_cannot_write(finished_job: FinishedJob):
-    """The documented way to run it beside SpecTune (docs/integrations.md): SQLite opened with ``mode=ro``."""
+    """The documented way to run it beside SpecTune (docs/integrations.md): SQLite opened
+    with ``mode=ro``."""
     path = finished_job.db_url.removeprefix("sqlite:///")
     ro = f"sqlite:///file:{path}?mode=ro&uri=true"
     detail = _study_detail(ro, finished_job.job_id)

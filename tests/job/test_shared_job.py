@@ -387,3 +387,53 @@ def test_a_worker_stalled_before_its_first_optuna_write_leaves_no_row_running(
     assert (row.state, row.fail_reason) == ("fail", "interrupted"), row.state
     assert not row.measurements
     assert "declared lost" in row.fail_detail
+
+
+def test_a_job_whose_set_up_fails_ends_failed_not_running_for_ever(tmp_path, db_url, monkeypatch):
+    """Found by bench/soak.py: a database restart while a worker built the job's Optuna
+    storage raised before the part of ``run_job`` that ends a job on an error; the worker
+    let its claim go and the job stayed ``running`` with no owner, never to be taken."""
+
+    def broken(*a: Any, **kw: Any) -> None:
+        raise RuntimeError("storage could not be built")
+
+    monkeypatch.setattr(Recovery, "__init__", broken)
+    store = Store(db_url)
+    job_id = create_job(store, _space(tmp_path, trials=2))
+    with pytest.raises(RuntimeError):
+        run_job(store, job_id, work_dir=tmp_path / "w", worker=FAST)
+    job = store.job(job_id)
+    assert job.state == "failed" and "storage could not be built" in (job.error or "")
+
+
+def test_only_retries_of_stored_results_run_after_the_search_closed(tmp_path, db_url):
+    """A stored result whose trial was failed as stale after the search closed is still
+    told to Optuna (its retry needs no launch); a retry that would launch is not run."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    study = store.load_study(job_id)
+    first = study.trials[0]
+    assert store.trial(job_id, 0).state == "complete"
+    recovery = Recovery(JobContext.reading(store, job_id))
+
+    def retry_of(number: int) -> None:
+        t = study.trials[number]
+        attrs = {"failed_trial": number, "retry_history": [number]}
+        study.add_trial(
+            optuna.create_trial(
+                state=optuna.trial.TrialState.WAITING,
+                params=t.params,
+                distributions=t.distributions,
+                system_attrs=attrs,
+            )
+        )
+
+    storage = store.optuna_storage()
+    for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):  # left by the job
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.RUNNING)
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    study = store.load_study(job_id)
+    assert not recovery.tells_waiting(study)  # nothing waits
+    retry_of(first.number)
+    assert recovery.tells_waiting(study)
+    study.enqueue_trial(first.params)  # a waiting trial that would launch
+    assert not recovery.tells_waiting(study)

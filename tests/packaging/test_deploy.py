@@ -2,8 +2,8 @@
 schemas ship inside ``kubernetes-validate``), and the Dockerfiles statically (hadolint, every
 COPY source exists and is in the build context, the entry command is ``spectune``'s).
 
-No image is built here (no Docker engine on the test machine; docs/operations.md says what that leaves
-unchecked).
+No image is built here (no Docker engine on the test machine; docs/operations.md says what
+that leaves unchecked).
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def test_a_job_much_noisier_than_its_history_is_not_pooled_and_says_so():
     text = history_text(sp)
     assert text is not None and text.startswith("df 2, this job only: 3 earlier jobs")
     assert "measured 1.0%" in text and "not pooled" in text and "F-test p=" in text
-    # the documented hours (docs/concepts/launches.md): 9 % today (df 2) against 2 % an hour earlier (df 20) is refused
+    # the documented hours (docs/concepts/launches.md): 9 % today (df 2) against 2 % an
+    # hour earlier (df 20) is refused
     today = replace(own, log_sd=0.09)
     assert pool_with_history(today, HistorySpread(0.02, 20, 1, 10)).history_refused
     # a history that never moved refuses any spread today, accepts none

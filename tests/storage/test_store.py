@@ -31,8 +31,6 @@ def test_every_public_method_says_whether_it_retries():
     assert once == {
         "session",
         "ensure_schema",
-        "optuna_storage",
-        "load_study",
         "create_job",
         "delete_job",
         "create_token",

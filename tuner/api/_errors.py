@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tuner.errors import Conflict, InvalidInput, NotFound
-from tuner.storage import SchemaOutOfDate, StorageError
+from tuner.storage import SchemaOutOfDate, StorageError, is_disconnect
 
 __all__ = [
     "PROBLEM_JSON",
@@ -119,7 +119,11 @@ async def _storage(req: Request, _exc: Exception) -> JSONResponse:
     return problem(503, "database unavailable", instance=req.url.path)
 
 
-async def _unexpected(req: Request, _exc: Exception) -> JSONResponse:
+async def _unexpected(req: Request, exc: Exception) -> JSONResponse:
+    # Optuna's storage wraps a lost connection in its own error (StorageInternalError):
+    # still the database, not a bug.
+    if is_disconnect(exc):
+        return problem(503, "database unavailable", instance=req.url.path)
     return problem(500, "internal error", instance=req.url.path)
 
 

@@ -6,15 +6,17 @@ import argparse
 import logging
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
 
+from tuner._repeated import first_line
 from tuner.api import ServiceSettings, create_app
 from tuner.cli._common import EXIT_FAIL, EXIT_INPUT, EXIT_OK, err, shown
-from tuner.storage import Store, database_url
+from tuner.storage import RETRY_FOR_S, StorageError, Store, database_url, is_disconnect
 from tuner.worker import worker_from_settings
 
 __all__ = ["cmd_serve", "cmd_worker", "uvicorn_options"]
@@ -45,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _service_settings(args, **extra)
     if settings is None:
         return EXIT_INPUT
-    Store(settings.database_url).ensure_schema()  # refuse an out-of-date database first
+    _ensure_schema(Store(settings.database_url))  # refuse an out-of-date database first
     if not (settings.web_dir / "index.html").is_file():
         # Loud: a server without its UI otherwise looks like a broken page, not a broken install.
         print(
@@ -76,6 +78,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         err(f"could not serve on {_where(settings.host, settings.port)} (uvicorn's error above)")
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _ensure_schema(store: Store, wait_s: float = RETRY_FOR_S) -> None:
+    """The schema check, waiting up to ``wait_s`` for a database server that is restarting
+    or failing over: a service restarted at that moment exited instead (found by
+    bench/soak.py). Any other error, and a server still away after ``wait_s``, raises."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return store.ensure_schema()
+        except StorageError as e:
+            if not is_disconnect(e) or time.monotonic() > deadline:
+                raise
+            print(
+                f"spectune: database unreachable; trying again ({first_line(e)})", file=sys.stderr
+            )
+            time.sleep(2)
 
 
 def _where(host: str, port: int) -> str:
@@ -128,7 +147,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("spectune").setLevel(logging.INFO)
     store = Store(settings.database_url)
-    store.ensure_schema()
+    _ensure_schema(store)
     w = worker_from_settings(store, settings, devices=args.devices)
     devices = f", devices {args.devices}" if args.devices else ""
     print(

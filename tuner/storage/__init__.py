@@ -33,6 +33,7 @@ from tuner.storage._records import (
     read_search_note,
     search_launch,
 )
+from tuner.storage._retry import RETRY_FOR_S, is_disconnect
 from tuner.storage._store import (
     CancelResult,
     JobNotFound,
@@ -53,6 +54,8 @@ from tuner.storage._trials import LOG_TAIL_CHARS, TrialNotFound
 from tuner.storage._watches import WatchInfo, WatchModel, WatchNotFound
 
 __all__ = [
+    "RETRY_FOR_S",
+    "is_disconnect",
     "JOB_ENDED",
     "TRIAL_FINISHED",
     "JobState",

@@ -84,7 +84,7 @@ class Store(
 
     # ------------------------------------------------------------------ studies
 
-    @no_retry  # builds the storage; its own calls retry (``ResilientRDBStorage``)
+    @retry_db  # building it reads the schema version: a restart then was a failed job
     def optuna_storage(
         self,
         *,
@@ -108,15 +108,20 @@ class Store(
                 heartbeat_stale_trial_callback=on_stale,
             )
 
-    @no_retry  # a caller's own storage decides (``optuna_storage``)
+    @retry_db  # reads the study's id and directions; a given storage retries on its own
     def load_study(
         self,
         job_id: int,
         sampler: optuna.samplers.BaseSampler | None = None,
         storage: optuna.storages.BaseStorage | None = None,
     ) -> optuna.Study:
+        """The job's study on ``storage``, or on this database's restart-riding storage
+        (Optuna's own from the URL retried nothing: a submission meeting a restart was a
+        500, found by bench/soak.py)."""
         return optuna.load_study(
-            study_name=study_name_for(job_id), storage=storage or self.url, sampler=sampler
+            study_name=study_name_for(job_id),
+            storage=storage or self.optuna_storage(),
+            sampler=sampler,
         )
 
     # ------------------------------------------------------------------ jobs
