@@ -207,3 +207,12 @@ def test_the_strategy_adds_a_targets_prices_once_its_baseline_has_run():
     now = strategy.prices()
     assert now is not None and len(now.by_proposer) == 2 and now.unpriced == {}
     assert now.by_proposer.items() >= first.by_proposer.items()
+
+
+def test_an_eagle3_head_reading_layers_its_target_lacks_is_refused_when_built():
+    """The layer check lives in the head (one ``HeadUnsupported``), not in each caller."""
+    from tuner.offline._graphs import Eagle3, HeadUnsupported
+
+    cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 9]}}
+    with pytest.raises(HeadUnsupported, match=r"reads layers the target lacks \(4 layers\)"):
+        Eagle3({}, cfg, None, None, 4)

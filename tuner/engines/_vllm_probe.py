@@ -18,6 +18,7 @@ from tuner.engines._probe import EngineProbe, fetch_metrics_text
 from tuner.metrics import SpecCounters, WindowReading, queue_delta, spec_delta
 
 __all__ = [
+    "PER_POSITION",
     "VLLMProbe",
     "parse_kv_cache_tokens",
     "parse_prefill_time",
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 _PREFIX = "vllm:spec_decode_"
+# Accepted tokens at each draft position (label ``position``): also read by ``_vllm_watch``.
+PER_POSITION = _PREFIX + "num_accepted_tokens_per_pos"
 _QUEUE_TIME = "vllm:request_queue_time_seconds"
 # The engine core's own prefill time (first token minus scheduled, engine timestamps): what a
 # request spends before decoding, read apart from the stream, whose first chunk can arrive
@@ -53,7 +56,7 @@ def parse_spec_counters(text: str) -> SpecCounters:
                 draft_tokens += s.value
             elif base == _PREFIX + "num_accepted_tokens":
                 accepted += s.value
-            elif base == _PREFIX + "num_accepted_tokens_per_pos":
+            elif base == PER_POSITION:
                 pos = int(s.labels.get("position", "0"))
                 per_pos[pos] = per_pos.get(pos, 0.0) + s.value
     ordered = tuple(per_pos[i] for i in sorted(per_pos))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.engines._probe import fetch_metrics_text, get_text
-from tuner.engines._vllm_probe import parse_spec_counters
+from tuner.engines._vllm_probe import PER_POSITION, parse_spec_counters
 from tuner.metrics import LoadError, SpecCounters
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
 
 _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 _CACHE_INFO = "vllm:cache_config_info"
 _STARTED = "process_start_time_seconds"
 
@@ -72,7 +71,7 @@ def parse_server_snapshot(text: str) -> ServerSnapshot:
                 running = (running or 0.0) + s.value
             elif s.name == _WAITING:
                 waiting = (waiting or 0.0) + s.value
-            elif s.name == _PER_POS + "_total":
+            elif s.name == PER_POSITION + "_total":
                 positions.add(s.labels.get("position", "0"))
             elif s.name == _STARTED:
                 started = s.value

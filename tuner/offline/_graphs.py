@@ -186,6 +186,8 @@ class Eagle3(Head):
         ids = eagle.get("eagle_aux_hidden_state_layer_ids")
         L = target_layers
         self.feature = tuple(int(i) for i in (ids or (2, L // 2, L - 3)))
+        if not all(0 <= i < L for i in self.feature):
+            raise HeadUnsupported(f"reads layers the target lacks ({L} layers)")
         self.fc = w["fc.weight"]
         self.before_residual = bool(cfg.get("norm_before_residual"))
         first = "midlayer" if "midlayer.hidden_norm.weight" in w else "layers.0"
