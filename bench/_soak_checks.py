@@ -35,6 +35,10 @@ __all__ = ["check_jobs", "orphan_engines"]
 _SAME = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "fail", "RUNNING": "running"}
 
 
+def _history(t: optuna.trial.FrozenTrial) -> list[int]:
+    return list(t.system_attrs.get("retry_history") or [])
+
+
 def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
     """Where Optuna's trials and SpecTune's rows of one job disagree (empty: they agree),
     how many results were stored but not told, and how many started trials are lost."""
@@ -47,7 +51,8 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
         for t in study.trials
         if "failed_trial" in t.system_attrs
     }
-    cancelled = Store(url).job(job_id).state == "cancelled"
+    job = Store(url).job(job_id)
+    cancelled = job.state == "cancelled" or bool(job.cancel_requested)  # a user's cancel
     told = {  # trials whose stored result a retry told Optuna, with no launch
         r.reused_from
         for r in rows.values()
@@ -60,14 +65,18 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
             continue  # enqueued, never started: no row yet, by design
         row = rows.pop(t.number, None)
         if row is None and t.state.name == "FAIL" and (cancelled or t.number in retried):
-            pass  # asked, then cancelled or its worker died before the row: read as such
+            pass  # asked, then a cancel or its worker's death came before its row: read so
         elif row is None:
             problems.append(f"trial {t.number}: Optuna {t.state.name}, no SpecTune row")
         elif row.state != _SAME[t.state.name]:
             if t.state.name == "FAIL" and t.number in told:
                 not_told += 1
             else:
-                problems.append(f"trial {t.number}: Optuna {t.state.name}, SpecTune {row.state}")
+                retries = [u.number for u in study.trials if t.number in _history(u)]
+                problems.append(
+                    f"trial {t.number}: Optuna {t.state.name}, SpecTune {row.state} "
+                    f"(retry_history {_history(t)}, retried by {retries}, job {job.state})"
+                )
         if t.state.name == "RUNNING":
             problems.append(f"trial {t.number}: still running after the soak")
         root = int(t.system_attrs.get("failed_trial", t.number))

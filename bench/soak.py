@@ -189,7 +189,11 @@ class Soak(Clients):
             for p in (*self.workers, self.api):
                 p.stop(timeout_s=30)
             self.disk.close()
-            self.pg.destroy()
+            if self.args.keep_db:
+                self.pg.stop()
+                print(f"soak: database kept in {self.pg.data_dir}", file=sys.stderr)
+            else:
+                self.pg.destroy()
 
     def _soak(self) -> dict[str, Any]:
         args, t0 = self.args, time.monotonic()
@@ -298,6 +302,7 @@ def main() -> int:
     )
     ap.add_argument("--drain-minutes", type=float, default=6, help="how long jobs may take to end")
     ap.add_argument("--json", action="store_true", help="only the JSON line")
+    ap.add_argument("--keep-db", action="store_true", help="keep the cluster's data folder")
     args = ap.parse_args()
     out = Soak(args).run()
     if not args.json:
