@@ -17,15 +17,13 @@ has stopped: what a fault may never do, counted so that the answer to each is a 
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from tests.faults.faultkit import survivors
+from tests.faults.faultkit import engine_groups, group_alive, survivors
 from tuner.states import JOB_ENDED
 from tuner.storage import JobNotFound, Store
 
@@ -132,27 +130,7 @@ def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
     }
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def orphan_engines(run_dir: Path) -> list[int]:
+def orphan_engines(work_dir: Path) -> list[int]:
     """Engine process groups still alive once every worker has stopped (their pid files in
     the workers' shared ``run`` folder): none may be."""
-    if not run_dir.is_dir():
-        return []
-    alive = []
-    for p in run_dir.glob("engine-*.json"):
-        try:
-            pgid = int(json.loads(p.read_text())["pgid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if _group_alive(pgid):
-            alive.append(pgid)
-    return sorted(alive)
+    return sorted(g for g in engine_groups(work_dir) if group_alive(g))

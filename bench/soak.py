@@ -256,7 +256,7 @@ class Soak(Clients):
             "trials": checks["trials"],
             "lost_trials": checks["lost_trials"],
             "duplicated_trials": checks["duplicated_trials"],
-            "orphan_engines": len(orphan_engines(self.work / "run")),
+            "orphan_engines": len(orphan_engines(self.work)),
             "api_requests": c["api_requests"],
             "api_5xx": c["api_5xx"],
             "worker_kills": c["worker_kills"],
