@@ -149,9 +149,10 @@ def _run_trials(
                 stopped, on_outlook, reopen = None, False, False
                 continue
         if stopped is not None and recovery.tells_waiting(study):
-            if store.take_trial_slot(job_id):
-                recovery.run_one(study, runner)  # Optuna told a stored result: no launch
-                continue
+            # Optuna told a stored result: no launch, and no slot (a retry stands in for the
+            # trial it repeats), so it runs after the search closed, when no slot is taken.
+            recovery.run_one(study, runner)
+            continue
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
