@@ -26,6 +26,7 @@ from tuner.states import TrialState
 __all__ = ["MAX_RETRY", "Recovery", "slots_used", "trial_heartbeat"]
 
 MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
+_STORED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 Objective = Callable[[optuna.Trial], list[float]]
 
@@ -86,6 +87,8 @@ class Recovery:
             heartbeat_s=ctx.worker.heartbeat_s, grace_s=ctx.worker.grace_s, on_stale=self.on_stale
         )
         self._unasked: tuple[tuple[int, int], float] | None = None  # (taken, used), seen at
+        self._settled: set[int] = set()  # failed trials whose lost result is settled
+        self._unsettled: dict[int, float] = {}  # failed in Optuna, row still running: seen at
 
     def run_one(self, study: optuna.Study, objective: Objective) -> None:
         """One trial as ``study.optimize`` runs it (ask, heartbeat while it runs, tell), but
@@ -122,10 +125,12 @@ class Recovery:
         store, job_id = self.ctx.store, self.ctx.job_id
         if row and store.trial_state(job_id, trial.number) == TrialState.FAIL:
             return False  # its failure is stored, as Optuna now says: run nothing again
-        # A stored result (its worker stopped between storing it and telling Optuna) is
-        # retried too: the retry finds it (``TrialRunner._reuse``) and tells Optuna its
-        # values with no launch, so the sampler learns what was measured, once.
         store.fail_orphaned_trials(job_id, [trial.number], detail=why)
+        if row and store.trial_state(job_id, trial.number) in _STORED and not self.ctx.owner:
+            # Its worker stored the result before it stopped (read after the row was
+            # failed, so no result lands later): the job's owner alone tells Optuna, so it
+            # is told once (``settle``), whoever declared the trial lost.
+            return False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
@@ -134,6 +139,39 @@ class Recovery:
             RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
         store.refund_trial_slot(job_id)
         return True
+
+    def settle(self, study: optuna.Study) -> bool:
+        """The owner's part in a lost trial: a stored result (its worker stopped between
+        storing it and telling Optuna) is retried, and the retry finds it
+        (``TrialRunner._reuse``) and tells Optuna its values with no launch, so the sampler
+        learns what was measured, once. Optuna fails a stale trial before its callback queues
+        the retry, and a worker may die between the two: so the owner reads every trial
+        Optuna failed that nothing retried, whoever failed it, and settles it itself. True
+        while one is unsettled (its row still running: the worker that declared it lost is
+        failing it, or died doing so, which the owner takes over after ``grace_s``); the
+        owner does not end the job before."""
+        fail = optuna.trial.TrialState.FAIL
+        trials = study.get_trials(deepcopy=False)
+        retried = {t.system_attrs.get("failed_trial") for t in trials}
+        open_ = [
+            t
+            for t in trials
+            if t.state == fail and t.number not in retried and t.number not in self._settled
+        ]
+        store, job_id, now = self.ctx.store, self.ctx.job_id, time.monotonic()
+        unsettled = False
+        for t in open_:
+            state = store.trial_state(job_id, t.number)
+            if state == TrialState.RUNNING:
+                seen = self._unsettled.setdefault(t.number, now)
+                if now - seen < self.ctx.worker.grace_s:
+                    unsettled = True
+                    continue
+            self._settled.add(t.number)
+            self._unsettled.pop(t.number, None)
+            if state in _STORED or state == TrialState.RUNNING:
+                self._retry(study, t, "its worker stopped before telling Optuna")
+        return unsettled
 
     def tells_waiting(self, study: optuna.Study) -> bool:
         """True when every waiting trial is a retry of a trial whose result is stored: each

@@ -38,6 +38,7 @@ def test_every_public_method_says_whether_it_retries():
         "revoke_token",
         "service_counts",
         "fail_refused_jobs",  # a loop of retried compare-and-sets
+        "load_study",  # through the restart-riding storage, which retries each read
     }
     # the finders and writes the retry was patched onto before it was written at each one
     # token_state waits like the route it guards (the API's store: db_retry_s)

@@ -108,7 +108,7 @@ class Store(
                 heartbeat_stale_trial_callback=on_stale,
             )
 
-    @retry_db  # reads the study's id and directions; a given storage retries on its own
+    @no_retry  # the storage it reads through retries each read (and its making)
     def load_study(
         self,
         job_id: int,
