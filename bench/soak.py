@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from bench._soak_checks import check_jobs, orphan_engines  # noqa: E402
 from bench._soak_clients import Clients  # noqa: E402
 from bench._soak_procs import Proc, SmallDisk, durable_pg, rss_kib  # noqa: E402
+from bench._soak_real import real_engine_phase  # noqa: E402
 from tests.helpers import TINY_SURFACE  # noqa: E402
 from tuner.states import JOB_ENDED  # noqa: E402
 from tuner.storage import Store  # noqa: E402
@@ -239,6 +240,7 @@ class Soak(Clients):
             if all(store.job(j).state in JOB_ENDED for j in ids):
                 break
             time.sleep(2)
+        real = real_engine_phase(self) if self.args.real_engine else {}
         soak_s = time.monotonic() - t0
         self.done.set()
         exits = {w.name: w.stop() for w in self.workers}
@@ -283,6 +285,7 @@ class Soak(Clients):
             "worker_exits": exits,
             "first_5xx": self.errors[:5],
             "logs": str(self.root),
+            **real,
         }
         return out
 
@@ -303,6 +306,11 @@ def main() -> int:
     ap.add_argument("--drain-minutes", type=float, default=6, help="how long jobs may take to end")
     ap.add_argument("--json", action="store_true", help="only the JSON line")
     ap.add_argument("--keep-db", action="store_true", help="keep the cluster's data folder")
+    ap.add_argument(
+        "--real-engine",
+        action="store_true",
+        help="then one job on real vLLM (CPU build), two workers, one kill (bench/_soak_real.py)",
+    )
     args = ap.parse_args()
     out = Soak(args).run()
     if not args.json:
@@ -323,6 +331,9 @@ def main() -> int:
         )
         if out[k]
     ]
+    real_ok = not out.get("real_killed_engine_alive") and out.get("real_kills")
+    if args.real_engine and not (real_ok and out["real_job_state"] == "succeeded"):
+        bad.append("real_engine")
     return 1 if bad or out["unfinished_jobs"] else 0
 
 

@@ -167,6 +167,10 @@ def _run_trials(
             store.set_stop_reason(job_id, stopped)
         number = conf.next(rep)
         if number is None:
+            if (store.job_status(job_id) or ("", False))[1]:
+                # A cancel requested before the end wins, even one the heartbeat has not
+                # brought yet: a helper that saw it first has cut its trial short.
+                raise JobCancelled("job cancelled")
             return stopped
         conf.launch(number)
         reopen = on_outlook

@@ -22,11 +22,14 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from tuner.context import JobContext
 from tuner.measure import TrialFailed
 from tuner.states import TrialState
+from tuner.storage import ResilientRDBStorage, Store, job_id_of_study, study_name_for
 
-__all__ = ["MAX_RETRY", "Recovery", "slots_used", "trial_heartbeat"]
+__all__ = ["MAX_RETRY", "EndedJobSweep", "Recovery", "slots_used", "trial_heartbeat"]
 
 MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
 _STORED = (TrialState.COMPLETE, TrialState.PRUNED)
+_LOST_UNRETRIED = "its worker stopped, and whoever declared it lost did not queue its retry"
+_ENDED_WHILE_RUNNING = "its job ended while it ran, and its worker stopped (killed, or cut off)"
 
 Objective = Callable[[optuna.Trial], list[float]]
 
@@ -141,36 +144,44 @@ class Recovery:
         return True
 
     def settle(self, study: optuna.Study) -> bool:
-        """The owner's part in a lost trial: a stored result (its worker stopped between
-        storing it and telling Optuna) is retried, and the retry finds it
-        (``TrialRunner._reuse``) and tells Optuna its values with no launch, so the sampler
-        learns what was measured, once. Optuna fails a stale trial before its callback queues
-        the retry, and a worker may die between the two: so the owner reads every trial
-        Optuna failed that nothing retried, whoever failed it, and settles it itself. True
-        while one is unsettled (its row still running: the worker that declared it lost is
-        failing it, or died doing so, which the owner takes over after ``grace_s``); the
-        owner does not end the job before."""
+        """The owner's part in a lost trial, whoever declared it lost. Optuna fails a stale
+        trial before its callback queues the retry, and the owner could end the job in
+        between (the retry would never run), or the worker running the callback could die
+        there: so the owner reads every trial Optuna failed that nothing retried. A stored
+        result (its worker stopped between storing it and telling Optuna) is retried at
+        once: the retry finds it (``TrialRunner._reuse``) and tells Optuna its values with
+        no launch, once. A trial with no row, a running row or an ``interrupted`` one may
+        be mid-callback elsewhere: True (the owner does not end the job) until its retry
+        shows, or ``grace_s`` passes and the owner retries it itself. Any other failure is
+        the trial's own, stored as such."""
         fail = optuna.trial.TrialState.FAIL
         trials = study.get_trials(deepcopy=False)
         retried = {t.system_attrs.get("failed_trial") for t in trials}
-        open_ = [
-            t
-            for t in trials
-            if t.state == fail and t.number not in retried and t.number not in self._settled
-        ]
         store, job_id, now = self.ctx.store, self.ctx.job_id, time.monotonic()
         unsettled = False
-        for t in open_:
-            state = store.trial_state(job_id, t.number)
-            if state == TrialState.RUNNING:
-                seen = self._unsettled.setdefault(t.number, now)
-                if now - seen < self.ctx.worker.grace_s:
-                    unsettled = True
-                    continue
+        for t in trials:
+            if t.state != fail or t.number in retried or t.number in self._settled:
+                continue
+            if len(t.system_attrs.get("retry_history") or []) >= MAX_RETRY:
+                self._settled.add(t.number)  # a retry lost again: it stays failed and counts
+                continue
+            outcome = store.trial_outcome(job_id, t.number)
+            state, reason = outcome if outcome is not None else (None, None)
+            if state in _STORED:
+                self._settled.add(t.number)
+                self._retry(study, t, "its worker stopped before telling Optuna")
+                continue
+            if state == TrialState.FAIL and reason != "interrupted":
+                self._settled.add(t.number)  # the trial's own failure
+                continue
+            seen = self._unsettled.setdefault(t.number, now)
+            if now - seen < self.ctx.worker.grace_s:
+                unsettled = True
+                continue
             self._settled.add(t.number)
             self._unsettled.pop(t.number, None)
-            if state in _STORED or state == TrialState.RUNNING:
-                self._retry(study, t, "its worker stopped before telling Optuna")
+            store.fail_orphaned_trials(job_id, [t.number], detail=_LOST_UNRETRIED)
+            self._retry(study, t, _LOST_UNRETRIED, row=False)
         return unsettled
 
     def tells_waiting(self, study: optuna.Study) -> bool:
@@ -248,3 +259,41 @@ class Recovery:
                     self._retry(study, storage.get_trial(tid), "its worker never beat")
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # another worker got there first
+
+
+class EndedJobSweep:
+    """Trials left running in jobs that have ended: a worker killed or stalled after its
+    job's owner ended the job (a cancel, a failure) leaves its trial running in Optuna and
+    in SpecTune, and no job loop sweeps an ended job. An idle worker fails them
+    (``interrupted``), at most once per ``every_s``: its first read is one query."""
+
+    def __init__(self, store: Store, *, grace_s: float, every_s: float | None = None) -> None:
+        self.store, self.grace_s = store, grace_s
+        self.every_s = grace_s if every_s is None else every_s
+        self._storage: ResilientRDBStorage | None = None
+        self._last = -float("inf")
+
+    def __call__(self) -> list[int]:
+        """The jobs whose trials it failed."""
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return []
+        self._last = now
+        if self._storage is None:
+            self._storage = self.store.optuna_storage()
+        storage = self._storage
+        running = {job_id_of_study(name) for name in storage.running_study_names()} - {None}
+        jobs = self.store.abandoned_jobs(running, ended_before_s=self.grace_s)
+        fail = optuna.trial.TrialState.FAIL
+        for job_id in jobs:
+            study_id = storage.get_study_id_from_name(study_name_for(job_id))
+            for t in storage.get_all_trials(
+                study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+            ):
+                try:
+                    storage.set_trial_state_values(t._trial_id, fail)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # its worker came back and ended it meanwhile
+            self.store.fail_orphaned_trials(job_id, detail=_ENDED_WHILE_RUNNING)
+            log.warning("job %s: trials left running after the job ended were failed", job_id)
+        return jobs

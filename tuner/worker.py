@@ -43,6 +43,7 @@ from tuner.context import MeasurerFactory, WorkerContext
 from tuner.engines import reap_stale
 from tuner.job import run_job
 from tuner.measure import JobControl
+from tuner.recovery import EndedJobSweep
 from tuner.states import JOB_ENDED
 from tuner.storage import Store
 
@@ -176,6 +177,8 @@ class Worker:
         self._job_id: int | None = None
         self._thread: threading.Thread | None = None
         self._backoff = _Backoff()
+        self._ended = EndedJobSweep(store, grace_s=stale_after_s)
+        self._ended_failing = RepeatedFailure(log, "sweep of ended jobs")
         self.last_job: int | None = None
 
     @property
@@ -250,6 +253,16 @@ class Worker:
         if self.store.release_claim(job_id, requeue_if_stopped=self._stop.is_set()):
             log.info("job %s: back in the queue (worker stopped)", job_id)
 
+    def _sweep_ended(self) -> None:
+        """Fail the trials left running in ended jobs (``EndedJobSweep``); a failing sweep
+        is logged, never the worker's end."""
+        try:
+            self._ended()
+        except Exception as e:
+            self._ended_failing.failed(e)
+        else:
+            self._ended_failing.ok()
+
     def reap(self) -> list[int]:
         """Stop the engines that workers of this host left running when they died."""
         killed = reap_stale(self.work_dir / "run")
@@ -274,6 +287,7 @@ class Worker:
                 self._backoff.ok(None)
             if ran is None:
                 self.reap()  # an engine whose worker died here meanwhile: now, not at restart
+                self._sweep_ended()
                 self._stop.wait(max(self.poll_s, self._backoff.left_s(None)))
 
     def _once(self) -> None:

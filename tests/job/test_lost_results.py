@@ -7,6 +7,7 @@ Replay jobs on a real database: no engine, seconds."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import optuna
@@ -14,8 +15,10 @@ import pytest
 
 from tests.job.test_shared_job import FAST, _run
 from tuner.context import JobContext, JobControl
-from tuner.recovery import Recovery
-from tuner.storage import Store
+from tuner.job import create_job
+from tuner.recovery import EndedJobSweep, Recovery
+from tuner.storage import JobModel, Store, utcnow
+from tuner.storage._db import session_scope
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,7 +98,71 @@ def test_a_row_left_running_is_failed_and_retried_after_the_grace(tmp_path, db_u
 def test_a_failure_stored_as_such_is_not_retried(tmp_path, db_url):
     store, job_id = _run(tmp_path, db_url, trials=2)
     n = _lost_after_storing(store, job_id, stored=False)
-    store.fail_orphaned_trials(job_id, [n], detail="crashed")
+    store.finish_trial(store.trial(job_id, n).trial_id, "fail", reason="crash", detail="x")
     owner = _recovery(store, job_id, owner=True)
     assert not owner.settle(store.load_study(job_id, storage=owner.storage))
     assert _retries(store, job_id, n) == []
+
+
+@pytest.mark.parametrize("row", ["interrupted", "none"])
+def test_a_lost_trial_whose_retry_was_not_queued_is_retried_after_the_grace(tmp_path, db_url, row):
+    """The worker that declared it lost failed it in Optuna (and its row), then died before
+    queuing its retry (or the job's end came in between, soak job 108): the owner waits
+    ``grace_s`` for the retry to show, then queues it itself, once."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    if row == "none":
+        storage = store.optuna_storage()
+        tid = storage.create_new_trial(storage.get_study_id_from_name(f"spectune-job-{job_id}"))
+        assert storage.set_trial_state_values(tid, FAIL)
+        n = storage.get_trial_number_from_id(tid)
+    else:
+        n = _lost_after_storing(store, job_id, stored=False)
+        store.fail_orphaned_trials(job_id, [n], detail="its worker stopped beating")
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    assert owner.settle(study) and _retries(store, job_id, n) == []
+    time.sleep(FAST.grace_s + 0.1)
+    assert not owner.settle(study)
+    assert len(_retries(store, job_id, n)) == 1
+    assert not owner.settle(study) and len(_retries(store, job_id, n)) == 1
+
+
+def _running_trial(store: Store, job_id: int) -> int:
+    """A trial running in Optuna and in SpecTune, as a worker killed mid-trial leaves it."""
+    storage = store.optuna_storage()
+    tid = storage.create_new_trial(storage.get_study_id_from_name(f"spectune-job-{job_id}"))
+    number = storage.get_trial_number_from_id(tid)
+    store.add_trial(job_id, number, method="none", params={}, engine_config={}, engine_key="y")
+    return number
+
+
+def test_trials_left_running_in_an_ended_job_are_failed_by_an_idle_worker(tmp_path, db_url):
+    store, ended = _run(tmp_path, db_url, trials=2)
+    lost = _running_trial(store, ended)  # its worker was killed after the job ended
+    live = create_job(store, store.space(ended))
+    store.claim_next("w")
+    running = _running_trial(store, live)  # a running job's trial: not the sweep's
+    sweep = EndedJobSweep(store, grace_s=30, every_s=0)
+    assert sweep() == []  # the job ended under grace_s ago: its workers may still end it
+    with session_scope(db_url) as s:
+        s.get(JobModel, ended).finished_at = utcnow() - timedelta(seconds=60)
+    assert sweep() == [ended]
+    assert store.load_study(ended).trials[lost].state == FAIL
+    row = store.trial(ended, lost)
+    assert row.state == "fail" and row.fail_reason == "interrupted"
+    assert "job ended" in row.fail_detail
+    assert store.load_study(live).trials[running].state == optuna.trial.TrialState.RUNNING
+    assert store.trial(live, running).state == "running"
+    assert sweep() == []  # nothing left
+
+
+def test_a_sweep_waits_its_interval():
+    class Store_:
+        url = "sqlite://"
+
+        def optuna_storage(self):  # noqa: ANN202
+            raise AssertionError("read within every_s")
+
+    sweep = EndedJobSweep(Store_(), grace_s=60)  # type: ignore[arg-type]
+    sweep._last = time.monotonic()
+    assert sweep() == []

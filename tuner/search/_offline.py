@@ -49,6 +49,7 @@ __all__ = [
     "offline_prediction",
     "offline_predictions",
     "offline_prices",
+    "priced_on",
     "proposer_name",
     "step_costs",
 ]
@@ -56,6 +57,21 @@ __all__ = [
 # Offline minus engine per-position acceptance on the tiny pair was -0.04..+0.02
 # (bench/offline_acceptance.py): the optimistic value adds this on every position.
 ACCEPTANCE_MARGIN = 0.04
+
+
+def priced_on(rows: Sequence[Any], target: str | None) -> Any | None:
+    """The baseline row whose token sequences price ``target``'s proposers: its first
+    baseline with sequences; None while it has none (its proposers wait, unpriced)."""
+    return next(
+        (
+            r
+            for r in sorted(rows, key=lambda r: r.number)
+            if r.params.get("method") == "none"
+            and getattr(r, "token_sequences", None)
+            and r.params.get("target") == target
+        ),
+        None,
+    )
 
 
 def offline_prices(
@@ -76,16 +92,7 @@ def offline_prices(
     bases: list[str] = []
     seconds = 0.0
     for target, own in by_target.items():
-        row = next(
-            (
-                r
-                for r in sorted(rows, key=lambda r: r.number)
-                if r.params.get("method") == "none"
-                and getattr(r, "token_sequences", None)
-                and r.params.get("target") == target
-            ),
-            None,
-        )
+        row = priced_on(rows, target)
         if row is None:
             unpriced.update({k: UNPRICED_OTHER_TARGET for k in own})
             continue

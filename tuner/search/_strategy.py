@@ -30,7 +30,7 @@ from tuner.pareto import Report, job_report
 from tuner.search._classes import canonical, kv_need_tokens
 from tuner.search._guide import Proposal, family_key, predicted_points, propose
 from tuner.search._layout import config_key
-from tuner.search._offline import offline_prices
+from tuner.search._offline import offline_prices, priced_on
 from tuner.search._predicted import PredictedPoint
 from tuner.search._pruner import DominancePruner, objective_points
 from tuner.search._snapshot import JobTrials
@@ -143,13 +143,7 @@ class SearchStrategy:
             if self._prices.unpriced.get(fk) == UNPRICED_OTHER_TARGET
         }:
             rows = self.trials.current().rows
-            targets = {c.get("target") for c in waiting.values()}
-            if any(
-                r.params.get("method") == "none"
-                and r.params.get("target") in targets
-                and getattr(r, "token_sequences", None)
-                for r in rows
-            ):
+            if any(priced_on(rows, c.get("target")) is not None for c in waiting.values()):
                 more = offline_prices(self.space, rows, waiting)
                 if more is not None:
                     self._prices = self._prices.merged(more)

@@ -33,12 +33,13 @@ from tuner.storage._records import (
     read_search_note,
     search_launch,
 )
-from tuner.storage._retry import RETRY_FOR_S, is_disconnect
+from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, is_disconnect
 from tuner.storage._store import (
     CancelResult,
     JobNotFound,
     SpaceRefused,
     Store,
+    job_id_of_study,
     space_of_job,
     study_name_for,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "SchemaOutOfDate",
     "SpaceRefused",
     "StorageError",
+    "ResilientRDBStorage",
     "Store",
     "TrialModel",
     "TrialNotFound",
@@ -89,6 +91,7 @@ __all__ = [
     "ensure_schema",
     "get_engine",
     "head_revision",
+    "job_id_of_study",
     "named_constraints",
     "prediction_point",
     "read_search_note",

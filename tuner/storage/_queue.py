@@ -17,7 +17,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from tuner.errors import NotFound
-from tuner.states import JobState
+from tuner.states import JOB_ENDED, JobState
 from tuner.storage._models import JobModel, TrialModel, utcnow
 from tuner.storage._retry import retry_db
 
@@ -132,6 +132,29 @@ class QueueQueries:
                 )
                 .order_by(JobModel.job_id)
             ).first()
+
+    @retry_db
+    def abandoned_jobs(self, candidates: Collection[int], *, ended_before_s: float) -> list[int]:
+        """Jobs that ended over ``ended_before_s`` ago (every worker has seen the end since)
+        yet still hold a running trial: those of ``candidates`` (running in Optuna) and
+        those with a running row. Their trials' workers died or stalled after the job
+        ended; no job loop sweeps them any more."""
+        cutoff = utcnow() - timedelta(seconds=ended_before_s)
+        running_row = select(TrialModel.trial_id).where(
+            TrialModel.job_id == JobModel.job_id, TrialModel.state == JobState.RUNNING
+        )
+        with self.session() as s:
+            return list(
+                s.scalars(
+                    select(JobModel.job_id)
+                    .where(
+                        JobModel.state.in_(list(JOB_ENDED)),
+                        JobModel.finished_at < cutoff,
+                        or_(JobModel.job_id.in_(list(candidates)), running_row.exists()),
+                    )
+                    .order_by(JobModel.job_id)
+                )
+            )
 
     @retry_db
     def take_trial_slot(self, job_id: int) -> bool:

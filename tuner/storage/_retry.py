@@ -154,6 +154,19 @@ class ResilientRDBStorage(RDBStorage):
             )
             return [r[0] for r in rows]
 
+    @retry_db
+    def running_study_names(self) -> list[str]:
+        """The studies with a running trial, in one read: what the sweep of ended jobs
+        starts from (``tuner.recovery.EndedJobSweep``)."""
+        with _create_scoped_session(self.scoped_session, True) as session:
+            rows = session.execute(
+                sqlalchemy.select(models.StudyModel.study_name)
+                .join(models.TrialModel, models.TrialModel.study_id == models.StudyModel.study_id)
+                .where(models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+                .distinct()
+            )
+            return [r[0] for r in rows]
+
     _beat_failing: RepeatedFailure | None = None  # made at the first beat
 
     def record_heartbeat(self, trial_id: int) -> None:

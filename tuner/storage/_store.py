@@ -12,6 +12,7 @@ transaction, so trying again is safe) or ``no_retry`` (its docstring or comment 
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ __all__ = [
     "SpaceRefused",
     "Store",
     "space_of_job",
+    "job_id_of_study",
     "study_name_for",
 ]
 
@@ -50,6 +52,12 @@ StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 def study_name_for(job_id: int) -> str:
     return f"spectune-job-{job_id}"
+
+
+def job_id_of_study(name: str) -> int | None:
+    """The job whose study ``name`` is (``study_name_for``), or None for another study."""
+    m = re.fullmatch(r"spectune-job-(\d+)", name)
+    return int(m.group(1)) if m is not None else None
 
 
 class Store(
@@ -151,15 +159,26 @@ class Store(
             job.study_name = study_name_for(job.job_id)
             job_id = job.job_id
         try:
-            optuna.create_study(
-                storage=self.url,
-                study_name=study_name_for(job_id),
-                directions=[o.resolved_direction for o in space.objectives],
-            )
+            storage = self.optuna_storage()
+            self._create_study(storage, job_id, [o.resolved_direction for o in space.objectives])
         except BaseException:
             self.delete_job(job_id)
             raise
         return job_id
+
+    @retry_db
+    def _create_study(
+        self, storage: optuna.storages.BaseStorage, job_id: int, directions: list[str]
+    ) -> None:
+        """The job's study, made once however often this is tried: an attempt applied before
+        the connection dropped is found, not made twice (``load_if_exists``; the name is the
+        job's). A submission meeting a database restart here was a 503 (bench/soak.py)."""
+        optuna.create_study(
+            storage=storage,
+            study_name=study_name_for(job_id),
+            directions=directions,
+            load_if_exists=True,
+        )
 
     @no_retry  # undoes a half-made job; a second try could find another one's study
     def delete_job(self, job_id: int) -> None:

@@ -296,6 +296,17 @@ class TrialQueries:
                 r.finished_at = utcnow()
 
     @retry_db
+    def trial_outcome(self, job_id: int, number: int) -> tuple[str, str | None] | None:
+        """The stored state of one trial row and its failure reason, None when it has no
+        row yet."""
+        q = select(TrialModel.state, TrialModel.fail_reason).where(
+            TrialModel.job_id == job_id, TrialModel.number == number
+        )
+        with self.session() as s:
+            row = s.execute(q).first()
+        return None if row is None else (row[0], row[1])
+
+    @retry_db
     def trial_state(self, job_id: int, number: int) -> str | None:
         """The stored state of one trial row, None when it has none yet."""
         q = select(TrialModel.state).where(
