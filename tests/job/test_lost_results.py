@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 
-from tests.job.test_shared_job import FAST, _run
+from tests.job.test_shared_job import FAST, _run, _space
 from tuner.context import JobContext, JobControl
-from tuner.job import create_job
+from tuner.job import JobCancelled, create_job, default_measurer, run_job
 from tuner.recovery import EndedJobSweep, Recovery
 from tuner.storage import JobModel, Store, utcnow
 from tuner.storage._db import session_scope
@@ -166,3 +167,35 @@ def test_a_sweep_waits_its_interval():
     sweep = EndedJobSweep(Store_(), grace_s=60)  # type: ignore[arg-type]
     sweep._last = time.monotonic()
     assert sweep() == []
+
+
+def test_a_cancel_requested_before_the_end_wins(tmp_path, db_url):
+    """Requested after the last trial, before the owner's heartbeat brought it (a helper
+    that saw it first cut its trial short, soak job 40): the job ends cancelled, not
+    succeeded one trial short."""
+    store = Store(db_url)
+    job_id = create_job(store, _space(tmp_path, trials=2))
+    measured: list[int] = []
+
+    def cancelled_after_the_last(ctx: JobContext, prompts: Any) -> Any:
+        m = default_measurer(ctx, prompts)
+        measure = m.measure
+
+        def then_cancel(*a: Any, **kw: Any) -> Any:
+            got = measure(*a, **kw)
+            measured.append(1)
+            if len(measured) == 2:
+                assert store.request_cancel(job_id)
+            return got
+
+        m.measure = then_cancel  # type: ignore[method-assign]
+        return m
+
+    try:
+        run_job(
+            store, job_id, work_dir=tmp_path / "w", worker=FAST, measurers=cancelled_after_the_last
+        )
+    except JobCancelled:
+        pass
+    assert len(measured) >= 2
+    assert store.job(job_id).state == "cancelled"
