@@ -218,3 +218,14 @@ def test_every_migration_runs_down_and_up_again(db_url):
     assert not {t for t in tables if t.startswith("spectune_") and t != VERSION_TABLE}
     upgrade(db_url)
     assert current_revision(db_url) == head_revision() and database_problem(db_url) is None
+
+
+def test_a_new_database_gets_optunas_version_rows_with_the_schema(any_db_url):
+    """Made under the migration lock, not by whichever process makes its first Optuna
+    storage: two at once both inserted Optuna's version row, and one failed."""
+    ensure_schema(any_db_url)
+    engine = create_engine(any_db_url, poolclass=NullPool)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM version_info")).scalar() == 1
+        assert c.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    engine.dispose()

@@ -11,6 +11,7 @@ import os
 import shlex
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import optuna
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -191,6 +193,25 @@ def upgrade(url: str, revision: str = "head") -> None:
         _upgrade_locked(url, revision)
 
 
+def _optuna_schema(url: str) -> None:
+    """Optuna's tables and its version row, made with SpecTune's, under the migration lock:
+    two processes making their first Optuna storage on a new database at once both inserted
+    Optuna's version row, and one failed (a UNIQUE constraint on ``alembic_version``: the
+    server starting while a test made a job, tests/api/test_ui_races.py)."""
+    for attempt in range(5):
+        try:
+            storage = optuna.storages.RDBStorage(url)
+        except (SQLAlchemyError, optuna.exceptions.StorageInternalError):  # another process
+            # is making them (PostgreSQL: no shared lock here; Optuna writes its version
+            # rows one at a time)
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            storage.engine.dispose()
+            return
+
+
 def ensure_schema(url: str) -> None:
     """Create the schema in a new database; refuse (with the fix) one at an older revision.
 
@@ -212,6 +233,7 @@ def ensure_schema(url: str) -> None:
                     f"{VERSION_TABLE}; it was not made by this version of SpecTune"
                 )
             _upgrade_locked(url, "head")
+            _optuna_schema(url)
             return
     if rev != head:
         raise SchemaOutOfDate(
