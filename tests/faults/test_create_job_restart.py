@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 from sqlalchemy.exc import OperationalError
 
@@ -18,7 +20,7 @@ def _lost() -> OperationalError:
 def test_a_study_whose_answer_was_lost_is_made_once(pg_url, tmp_path, monkeypatch):
     real, calls = optuna.create_study, []
 
-    def applied_then_lost(**kw):  # noqa: ANN003, ANN202
+    def applied_then_lost(**kw: Any) -> optuna.Study:
         calls.append(kw["study_name"])
         study = real(**kw)
         if len(calls) == 1:

@@ -161,7 +161,7 @@ def test_a_sweep_waits_its_interval():
     class Store_:
         url = "sqlite://"
 
-        def optuna_storage(self):  # noqa: ANN202
+        def optuna_storage(self) -> None:
             raise AssertionError("read within every_s")
 
     sweep = EndedJobSweep(Store_(), grace_s=60)  # type: ignore[arg-type]
