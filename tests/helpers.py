@@ -30,6 +30,18 @@ def vllm_available() -> bool:
     return True
 
 
+def histogram_text(name: str, total_s: float, count: int) -> str:
+    """A Prometheus histogram's sum and count as vLLM's /metrics writes them (``name``
+    without the ``vllm:`` prefix or a suffix)."""
+    full = f"vllm:{name}"
+    return (
+        f"# HELP {full} h\n"
+        f"# TYPE {full} histogram\n"
+        f'{full}_sum{{engine="0"}} {total_s}\n'
+        f'{full}_count{{engine="0"}} {count}\n'
+    )
+
+
 def trial_records(url: str, job_id: int) -> list[dict]:
     """The trial read model as ``spectune trials --json`` prints it (metrics at top level)."""
     from tuner.storage import Store

@@ -24,7 +24,7 @@ __all__ = [
     "SpecStats",
     "WindowReading",
     "acceptance_rate_se",
-    "queue_delta",
+    "histogram_mean_ms",
     "spec_delta",
     "summarize",
 ]
@@ -92,7 +92,7 @@ class WindowReading:
     mean_prefill_ms: float | None = None
 
 
-def queue_delta(
+def histogram_mean_ms(
     before: tuple[float, float] | None, after: tuple[float, float] | None
 ) -> float | None:
     """Mean of an engine's time histogram (queue wait, prefill) over a window, in ms, from

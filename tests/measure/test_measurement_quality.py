@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import histogram_text
 from tuner.engines import parse_kv_cache_tokens as kv_cache_tokens
 from tuner.engines import parse_queue_time
 from tuner.measure import lossless_match
-from tuner.metrics import Measurement, queue_delta
+from tuner.metrics import Measurement, histogram_mean_ms
 from tuner.pareto import Verdict, crossover_concurrency, feasible, verdicts
 from tuner.space import SpaceError, loads_space
 from tuner.stats import aggregate, noise_score, relative_mad, summary
@@ -114,17 +115,12 @@ def test_kv_cache_tokens_from_engine_log():
 
 
 def test_queue_time_from_histogram_deltas():
-    def text(total, count):
-        return (
-            "# HELP vllm:request_queue_time_seconds q\n"
-            "# TYPE vllm:request_queue_time_seconds histogram\n"
-            f'vllm:request_queue_time_seconds_sum{{engine="0"}} {total}\n'
-            f'vllm:request_queue_time_seconds_count{{engine="0"}} {count}\n'
-        )
+    def text(total: float, count: int) -> str:
+        return histogram_text("request_queue_time_seconds", total, count)
 
     before, after = parse_queue_time(text(1.0, 10)), parse_queue_time(text(1.5, 20))
-    assert queue_delta(before, after) == pytest.approx(50.0)
-    assert parse_queue_time("") is None and queue_delta(None, after) is None
+    assert histogram_mean_ms(before, after) == pytest.approx(50.0)
+    assert parse_queue_time("") is None and histogram_mean_ms(None, after) is None
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_FORMATS))

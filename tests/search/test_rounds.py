@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import histogram_text
 from tests.search.chain_surface import SPACE
 from tuner.engines import parse_prefill_time
-from tuner.metrics import queue_delta
+from tuner.metrics import histogram_mean_ms
 from tuner.offline import OfflineAcceptance
 from tuner.search import DepthPoint, step_costs
 from tuner.search._depth import predict_from_baseline, round_cost
@@ -67,15 +68,10 @@ def space(tmp_path):
 
 def test_prefill_time_from_the_engines_histogram():
     def text(total: float, count: int) -> str:
-        return (
-            "# HELP vllm:request_prefill_time_seconds p\n"
-            "# TYPE vllm:request_prefill_time_seconds histogram\n"
-            f'vllm:request_prefill_time_seconds_sum{{engine="0"}} {total}\n'
-            f'vllm:request_prefill_time_seconds_count{{engine="0"}} {count}\n'
-        )
+        return histogram_text("request_prefill_time_seconds", total, count)
 
     before, after = parse_prefill_time(text(0.1, 10)), parse_prefill_time(text(0.3, 30))
-    assert queue_delta(before, after) == pytest.approx(10.0)
+    assert histogram_mean_ms(before, after) == pytest.approx(10.0)
     assert parse_prefill_time("") is None
 
 

@@ -27,7 +27,7 @@ from tuner.cli._common import (
     shown,
 )
 from tuner.cli._offline_text import offline_text
-from tuner.cli._plan import plan_space, plan_text
+from tuner.cli._plan import plan_space, plan_text, valid_line
 from tuner.cli._render import (
     Progress,
     other_target_text,
@@ -338,7 +338,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"space": args.space, "valid": True, "name": space.name, "methods": methods})
         return EXIT_OK
-    print(f"{args.space}: valid ({space.name}; methods {', '.join(methods)}; {n} prompts)")
+    print(valid_line(args.space, space.name, methods, n))
     return EXIT_OK
 
 

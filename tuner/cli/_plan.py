@@ -29,7 +29,7 @@ from tuner.states import TrialState
 from tuner.storage import StorageError, Store
 from tuner.surface import SurfaceError, read_surface
 
-__all__ = ["plan_space", "plan_text"]
+__all__ = ["plan_space", "plan_text", "valid_line"]
 
 # Past launched trials the time estimate reads (newest jobs first).
 _HISTORY_JOBS = 50
@@ -177,13 +177,17 @@ def plan_space(space: SearchSpace, source: str, db_url: str | None) -> dict[str,
     return out
 
 
+def valid_line(source: str, name: str, methods: list[str], prompts: int) -> str:
+    """What ``validate`` and ``plan`` say first of a valid space."""
+    return f"{source}: valid ({name}; methods {', '.join(methods)}; {prompts} prompts)"
+
+
 def plan_text(p: dict[str, Any]) -> str:
     """The plan for a person; every estimate says it is one."""
     grid = p["grid"]
     by = ", ".join(f"{m} {n}" for m, n in grid["by_method"].items())
     lines = [
-        f"{p['space']}: valid ({p['name']}; methods {', '.join(p['methods'])}; "
-        f"{p['prompts']} prompts)",
+        valid_line(p["space"], p["name"], p["methods"], p["prompts"]),
         f"grid: {grid['configurations']} distinct engine configurations ({by}); "
         f"trial budget {p['trials']}",
     ]

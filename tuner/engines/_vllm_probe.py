@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.engines._probe import EngineProbe, fetch_metrics_text
-from tuner.metrics import SpecCounters, WindowReading, queue_delta, spec_delta
+from tuner.metrics import SpecCounters, WindowReading, histogram_mean_ms, spec_delta
 
 __all__ = [
     "PER_POSITION",
@@ -119,8 +119,8 @@ class VLLMProbe(EngineProbe):
         text = await fetch_metrics_text(base_url)
         after, q1, p1 = parse_spec_counters(text), parse_queue_time(text), parse_prefill_time(text)
         reading.spec = spec_delta(before, after)
-        reading.mean_queue_ms = queue_delta(q0, q1)
-        reading.mean_prefill_ms = queue_delta(p0, p1)
+        reading.mean_queue_ms = histogram_mean_ms(q0, q1)
+        reading.mean_prefill_ms = histogram_mean_ms(p0, p1)
 
     def _ids_body(
         self,
