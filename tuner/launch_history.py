@@ -23,16 +23,17 @@ with ``d0`` degrees of freedom and scale ``s_h^2``; its posterior is the same fa
     s^2 = (d * s_job^2 + d0 * s_h^2) / (d + d0),
 
 and where one more launch lands is a t with ``d + d0`` degrees of freedom: every interval of
-``tuner.launches`` stands, with this ``s`` and ``df = d + d0``. Empirical Bayes: ``s_h^2`` is
-the history's own pooled estimate (the same pooling over earlier jobs' configurations
+``tuner.launches`` stands, with this ``s`` and ``df = d + d0``. Empirical Bayes: ``s_h^2``
+is the history's own pooled estimate (the same pooling over earlier jobs' configurations
 launched twice; ``df_h`` the sum of their ``n_i - 1``). Were the spread the same in every
 job, ``d0 = df_h`` would be plain pooling. It is not: it moves with the host's load over
-hours (the README measured 2 % one hour and 9 % the next on one host), so history says what
-the machine usually does, not what it does today, and ``d0 = min(df_h, HISTORY_CAP)`` with
-``HISTORY_CAP = 20``. Why 20: t(0.975, 20) = 2.09 is within 7 % of the normal's 1.96, so
-more history could narrow an interval by at most that much while letting old hours outweigh
-today's evidence; at 20 the job's own evidence weighs half once it has 20 degrees of freedom
-itself. Where it matters it does: a job with d = 2 goes from t = 4.30 to t(22) = 2.07.
+hours (docs/concepts/launches.md: 2 % one hour and 9 % the next on one host), so history
+says what the machine usually does, not what it does today, and ``d0 = min(df_h,
+HISTORY_CAP)`` with ``HISTORY_CAP = 20``. Why 20: t(0.975, 20) = 2.09 is within 7 % of the
+normal's 1.96, so more history could narrow an interval by at most that much while letting
+old hours outweigh today's evidence; at 20 the job's own evidence weighs half once it has 20
+degrees of freedom itself. Where it matters it does: a job with d = 2 goes from t = 4.30 to
+t(22) = 2.07.
 
 The guard: pooling a quieter history into a noisier today would make today's intervals too
 narrow and declare differences that are not there. So a one-sided F-test at
@@ -41,8 +42,9 @@ narrow and declare differences that are not there. So a one-sided F-test at
 and the report says so. It uses the uncapped ``df_h`` (how well history knows its spread),
 which refuses more often: the safe side. A job spread smaller than history's is pooled: its
 ``s`` comes out larger than the job's own (the conservative side), and its interval narrows
-only through the degrees of freedom the history adds. The README's hours, 9 % today against
-2 % before (d = 2, df_h >= 20: F = 20, p < 0.001), are refused.
+only through the degrees of freedom the history adds. The hours of
+docs/concepts/launches.md, 9 % today against 2 % before (d = 2, df_h >= 20: F = 20,
+p < 0.001), are refused.
 
 A job that launched nothing twice (``d = 0``; confirmation off) but has history takes the
 history's spread with ``d0`` degrees of freedom, instead of falling back to the repeats within

@@ -1,5 +1,5 @@
 """``spectune``: the command line. Its output and exit codes are a contract scripts rely on
-(EXIT_CODES below is printed by ``--help`` and repeated in the README)."""
+(EXIT_CODES below is printed by ``--help`` and repeated in docs/troubleshooting.md)."""
 
 from __future__ import annotations
 

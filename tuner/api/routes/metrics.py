@@ -62,7 +62,7 @@ class _StoreCollector(Collector):
         yield beat
 
 
-# The watches' gauges, read from each watch's latest window (the README's alert example).
+# The watches' gauges, read from each watch's latest window (the alert example in docs/watch.md).
 # spectune_watch_verdict: 0 cannot tell yet (also: no window yet, or the server unreadable),
 # 1 still pays, 2 switch depth (spectune_watch_recommended_depth says which), 3 turn
 # speculation off.
