@@ -20,6 +20,7 @@ from tuner.job import JobCancelled, create_job, default_measurer, run_job
 from tuner.recovery import EndedJobSweep, Recovery
 from tuner.storage import JobModel, Store, utcnow
 from tuner.storage._db import session_scope
+from tuner.worker import Worker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,3 +200,20 @@ def test_a_cancel_requested_before_the_end_wins(tmp_path, db_url):
         pass
     assert len(measured) >= 2
     assert store.job(job_id).state == "cancelled"
+
+
+def test_an_idle_worker_sweeps_ended_jobs(tmp_path, db_url):
+    store, ended = _run(tmp_path, db_url, trials=2)
+    lost = _running_trial(store, ended)
+    with session_scope(db_url) as s:
+        s.get(JobModel, ended).finished_at = utcnow() - timedelta(seconds=60)
+    worker = Worker(store, work_dir=tmp_path / "w", poll_s=0.1, heartbeat_s=0.5, stale_after_s=2)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while store.trial(ended, lost).state == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    assert store.trial(ended, lost).state == "fail"
+    assert store.load_study(ended).trials[lost].state == FAIL
