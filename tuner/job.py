@@ -157,7 +157,14 @@ def _run_trials(
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
-        if unasked or settling or study.get_trials(deepcopy=False, states=running):
+        # Running trials before ``settle``: a trial failed as stale between the two reads is
+        # seen by the second (its retry is waited for), never by neither.
+        if (
+            unasked
+            or settling
+            or study.get_trials(deepcopy=False, states=running)
+            or recovery.settle(study)
+        ):
             deadline = time.monotonic() + poll_s
             while time.monotonic() < deadline and not ctx.control.cancelled:
                 time.sleep(min(0.2, poll_s))

@@ -134,6 +134,11 @@ class Recovery:
             # failed, so no result lands later): the job's owner alone tells Optuna, so it
             # is told once (``settle``), whoever declared the trial lost.
             return False
+        retries = study.get_trials(deepcopy=False)
+        if any(t.system_attrs.get("failed_trial") == trial.number for t in retries):
+            # Queued meanwhile (the owner's ``settle`` after ``grace_s``, while this worker
+            # stalled between Optuna's failing the trial and this callback): not twice.
+            return False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             history = RetryHeartbeatStaleTrialCallback.retry_history(trial)

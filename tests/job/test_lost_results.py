@@ -217,3 +217,22 @@ def test_an_idle_worker_sweeps_ended_jobs(tmp_path, db_url):
         worker.stop()
     assert store.trial(ended, lost).state == "fail"
     assert store.load_study(ended).trials[lost].state == FAIL
+
+
+def test_a_late_callback_does_not_queue_a_second_retry(tmp_path, db_url):
+    """The worker that failed the trial in Optuna stalled past ``grace_s`` before its
+    callback ran; the owner queued the retry meanwhile: the callback queues none."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    n = _lost_after_storing(store, job_id, stored=False)
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    assert owner.settle(study)
+    time.sleep(FAST.grace_s + 0.1)
+    assert not owner.settle(study) and len(_retries(store, job_id, n)) == 1
+    helper = _recovery(store, job_id, owner=False)
+    late = store.load_study(job_id, storage=helper.storage)
+    slots = store.trial_slots_left(job_id)
+    # past its row checks when it stalled (row=False: they are behind it)
+    assert not helper._retry(late, late.trials[n], "its worker stopped beating", row=False)
+    assert len(_retries(store, job_id, n)) == 1
+    assert store.trial_slots_left(job_id) == slots  # no second slot given back

@@ -232,8 +232,8 @@ def ensure_schema(url: str) -> None:
                     f"database {shown_url(url)} has SpecTune tables but no "
                     f"{VERSION_TABLE}; it was not made by this version of SpecTune"
                 )
+            _optuna_schema(url)  # first: a database at head has Optuna's tables too
             _upgrade_locked(url, "head")
-            _optuna_schema(url)
             return
     if rev != head:
         raise SchemaOutOfDate(

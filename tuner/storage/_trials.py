@@ -87,7 +87,9 @@ class TrialQueries:
         the trial lost (its retry measures it), or a first attempt before a lost connection
         already stored it; either way a result is stored once."""
         with self.session() as s:
-            row = s.get(TrialModel, trial_id)
+            # Locked (PostgreSQL: SELECT ... FOR UPDATE): a worker failing the row as lost
+            # between this read and the write below would otherwise be overwritten.
+            row = s.get(TrialModel, trial_id, with_for_update=True)
             if row is None:
                 raise TrialNotFound(f"trial id {trial_id} not found")
             if row.state != TrialState.RUNNING:
@@ -283,8 +285,10 @@ class TrialQueries:
     ) -> None:
         """Rows left ``running`` by a worker that died become failed (``interrupted``):
         those of ``numbers``, or all of the job's."""
-        q = select(TrialModel).where(
-            TrialModel.job_id == job_id, TrialModel.state == TrialState.RUNNING
+        q = (
+            select(TrialModel)
+            .where(TrialModel.job_id == job_id, TrialModel.state == TrialState.RUNNING)
+            .with_for_update()  # a result stored meanwhile is not overwritten (PostgreSQL)
         )
         if numbers is not None:
             q = q.where(TrialModel.number.in_(list(numbers)))
