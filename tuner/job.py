@@ -121,7 +121,6 @@ def _run_trials(
                 recovery.run_one(study, runner)
                 continue
             return None
-        settling = recovery.settle(study)  # a lost trial's stored result, told once
         rep = job_report(store, job_id)
         strategy.keep_prices()
         # Enqueued trials (start points, warm starts, a recorded grid) were asked for: they
@@ -157,14 +156,10 @@ def _run_trials(
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
-        # Running trials before ``settle``: a trial failed as stale between the two reads is
-        # seen by the second (its retry is waited for), never by neither.
-        if (
-            unasked
-            or settling
-            or study.get_trials(deepcopy=False, states=running)
-            or recovery.settle(study)
-        ):
+        # Running trials before ``settle`` (which retries a lost trial's stored result, told
+        # once): a trial failed as stale between the two reads is seen by the second (its
+        # retry is waited for), never by neither.
+        if unasked or study.get_trials(deepcopy=False, states=running) or recovery.settle(study):
             deadline = time.monotonic() + poll_s
             while time.monotonic() < deadline and not ctx.control.cancelled:
                 time.sleep(min(0.2, poll_s))

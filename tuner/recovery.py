@@ -22,7 +22,13 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from tuner.context import JobContext
 from tuner.measure import TrialFailed
 from tuner.states import TrialState
-from tuner.storage import ResilientRDBStorage, Store, job_id_of_study, study_name_for
+from tuner.storage import (
+    ResilientRDBStorage,
+    Store,
+    job_id_of_study,
+    retried_number,
+    study_name_for,
+)
 
 __all__ = ["MAX_RETRY", "EndedJobSweep", "Recovery", "slots_used", "trial_heartbeat"]
 
@@ -42,7 +48,7 @@ def slots_used(study: optuna.Study) -> int:
     one. Also what a job stored before shared budgets already ran."""
     trials = study.get_trials(deepcopy=False)
     ran = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
-    return ran - sum(1 for t in trials if "failed_trial" in t.system_attrs)
+    return ran - sum(1 for t in trials if retried_number(t) is not None)
 
 
 @contextmanager
@@ -126,16 +132,16 @@ class Recovery:
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str, *, row: bool = True
     ) -> bool:
         store, job_id = self.ctx.store, self.ctx.job_id
-        if row and store.trial_state(job_id, trial.number) == TrialState.FAIL:
-            return False  # its failure is stored, as Optuna now says: run nothing again
         store.fail_orphaned_trials(job_id, [trial.number], detail=why)
-        if row and store.trial_state(job_id, trial.number) in _STORED and not self.ctx.owner:
-            # Its worker stored the result before it stopped (read after the row was
-            # failed, so no result lands later): the job's owner alone tells Optuna, so it
-            # is told once (``settle``), whoever declared the trial lost.
+        # Read once, after the row was failed (it locks the row), so no result lands later.
+        state, reason = (row and store.trial_outcome(job_id, trial.number)) or (None, None)
+        if state == TrialState.FAIL and reason != "interrupted":
+            return False  # its own failure is stored, as Optuna now says: run nothing again
+        if state in _STORED and not self.ctx.owner:
+            # Its worker stored the result before it stopped: the job's owner alone tells
+            # Optuna, so it is told once (``settle``), whoever declared the trial lost.
             return False
-        retries = study.get_trials(deepcopy=False)
-        if any(t.system_attrs.get("failed_trial") == trial.number for t in retries):
+        if any(retried_number(t) == trial.number for t in study.get_trials(deepcopy=False)):
             # Queued meanwhile (the owner's ``settle`` after ``grace_s``, while this worker
             # stalled between Optuna's failing the trial and this callback): not twice.
             return False
@@ -161,7 +167,7 @@ class Recovery:
         the trial's own, stored as such."""
         fail = optuna.trial.TrialState.FAIL
         trials = study.get_trials(deepcopy=False)
-        retried = {t.system_attrs.get("failed_trial") for t in trials}
+        retried = {retried_number(t) for t in trials}
         store, job_id, now = self.ctx.store, self.ctx.job_id, time.monotonic()
         unsettled = False
         for t in trials:

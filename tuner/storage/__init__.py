@@ -31,6 +31,7 @@ from tuner.storage._records import (
     named_constraints,
     prediction_point,
     read_search_note,
+    retried_number,
     search_launch,
 )
 from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, is_disconnect
@@ -85,6 +86,7 @@ __all__ = [
     "TrialModel",
     "TrialNotFound",
     "TrialRecord",
+    "retried_number",
     "current_revision",
     "database_problem",
     "database_url",

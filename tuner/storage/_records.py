@@ -6,10 +6,12 @@ rebuilds a record by hand.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from tuner.space import GREEDY
@@ -177,10 +179,14 @@ class TrialRecord(BaseModel):
 _MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-def _is_retry(t: optuna.trial.FrozenTrial) -> bool:
-    """A retry of a lost trial (Optuna's ``RetryHeartbeatStaleTrialCallback`` names the
-    trial it repeats under ``failed_trial``)."""
-    return isinstance(t.system_attrs.get("failed_trial"), int)
+def retried_number(t: optuna.trial.FrozenTrial) -> int | None:
+    """The lost trial this one runs again, or None: Optuna's
+    ``RetryHeartbeatStaleTrialCallback`` names it, and its reader is experimental (a warning
+    per call), so every reader goes through here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        number = RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
+    return number if isinstance(number, int) else None
 
 
 _ROW_KEYS = (
@@ -218,7 +224,7 @@ class RecordQueries:
             conc, wl = 0, ""
         rows = {r.number: r for r in self.trials(job_id)}
         trials = self.load_study(job_id).get_trials(deepcopy=False)
-        retried = {t.system_attrs["failed_trial"]: t.number for t in trials if _is_retry(t)}
+        retried = {n: t.number for t in trials if (n := retried_number(t)) is not None}
         out = []
         for t in trials:
             r = rows.get(t.number)
