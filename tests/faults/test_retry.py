@@ -96,6 +96,7 @@ def test_a_service_starting_during_a_database_restart_waits_for_it(monkeypatch, 
     """Found by bench/soak.py: a worker restarted while PostgreSQL was starting up exited
     ("the database system is starting up") and its slot stayed empty."""
     from tuner.cli import _service
+    from tuner.storage import _retry
 
     class _Store:
         def __init__(self, errors: list[Exception]) -> None:
@@ -106,7 +107,7 @@ def test_a_service_starting_during_a_database_restart_waits_for_it(monkeypatch, 
             if self.errors:
                 raise self.errors.pop(0)
 
-    monkeypatch.setattr(_service.time, "sleep", lambda s: None)
+    monkeypatch.setattr(_retry.time, "sleep", lambda s: None)
     store = _Store([_lost(), _lost()])
     _service._ensure_schema(store)  # type: ignore[arg-type]
     assert store.calls == 3

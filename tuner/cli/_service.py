@@ -6,7 +6,6 @@ import argparse
 import logging
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,14 @@ from pydantic import ValidationError
 from tuner._repeated import first_line
 from tuner.api import ServiceSettings, create_app
 from tuner.cli._common import EXIT_FAIL, EXIT_INPUT, EXIT_OK, err, shown
-from tuner.storage import RETRY_FOR_S, StorageError, Store, database_url, is_disconnect
+from tuner.storage import (
+    RETRY_FOR_S,
+    StorageError,
+    Store,
+    database_url,
+    is_disconnect,
+    retry_call,
+)
 from tuner.worker import worker_from_settings
 
 __all__ = ["cmd_serve", "cmd_worker", "uvicorn_options"]
@@ -84,17 +90,16 @@ def _ensure_schema(store: Store, wait_s: float = RETRY_FOR_S) -> None:
     """The schema check, waiting up to ``wait_s`` for a database server that is restarting
     or failing over: a service restarted at that moment exited instead (found by
     bench/soak.py). Any other error, and a server still away after ``wait_s``, raises."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return store.ensure_schema()
-        except StorageError as e:
-            if not is_disconnect(e) or time.monotonic() > deadline:
-                raise
-            print(
-                f"spectune: database unreachable; trying again ({first_line(e)})", file=sys.stderr
-            )
-            time.sleep(2)
+
+    def say(e: Exception, wait: float) -> None:
+        print(f"spectune: database unreachable; trying again ({first_line(e)})", file=sys.stderr)
+
+    retry_call(
+        store.ensure_schema,
+        retry_if=lambda e: isinstance(e, StorageError) and is_disconnect(e),
+        for_s=wait_s,
+        on_retry=say,
+    )
 
 
 def _where(host: str, port: int) -> str:

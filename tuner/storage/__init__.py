@@ -34,7 +34,7 @@ from tuner.storage._records import (
     retried_number,
     search_launch,
 )
-from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, is_disconnect
+from tuner.storage._retry import RETRY_FOR_S, ResilientRDBStorage, is_disconnect, retry_call
 from tuner.storage._store import (
     CancelResult,
     JobNotFound,
@@ -58,6 +58,7 @@ from tuner.storage._watches import WatchInfo, WatchModel, WatchNotFound
 __all__ = [
     "RETRY_FOR_S",
     "is_disconnect",
+    "retry_call",
     "JOB_ENDED",
     "TRIAL_FINISHED",
     "JobState",

@@ -11,7 +11,6 @@ import os
 import shlex
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -27,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from tuner._resources import migrations_dir
+from tuner.storage._retry import retry_call
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -198,18 +198,14 @@ def _optuna_schema(url: str) -> None:
     two processes making their first Optuna storage on a new database at once both inserted
     Optuna's version row, and one failed (a UNIQUE constraint on ``alembic_version``: the
     server starting while a test made a job, tests/api/test_ui_races.py)."""
-    for attempt in range(5):
-        try:
-            storage = optuna.storages.RDBStorage(url)
-        except (SQLAlchemyError, optuna.exceptions.StorageInternalError):  # another process
-            # is making them (PostgreSQL: no shared lock here; Optuna writes its version
-            # rows one at a time)
-            if attempt == 4:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-        else:
-            storage.engine.dispose()
-            return
+    storage = retry_call(
+        lambda: optuna.storages.RDBStorage(url),
+        # another process is making them (PostgreSQL: no shared lock here; Optuna writes
+        # its version rows one at a time)
+        retry_if=lambda e: isinstance(e, SQLAlchemyError | optuna.exceptions.StorageInternalError),
+        for_s=3.0,
+    )
+    storage.engine.dispose()
 
 
 def ensure_schema(url: str) -> None:

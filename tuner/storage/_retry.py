@@ -25,7 +25,14 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from tuner._repeated import RepeatedFailure
 
-__all__ = ["RETRY_FOR_S", "ResilientRDBStorage", "is_disconnect", "no_retry", "retry_db"]
+__all__ = [
+    "RETRY_FOR_S",
+    "ResilientRDBStorage",
+    "is_disconnect",
+    "no_retry",
+    "retry_call",
+    "retry_db",
+]
 
 log = logging.getLogger("spectune.storage")
 
@@ -49,6 +56,30 @@ def is_disconnect(exc: BaseException) -> bool:
     return False
 
 
+def retry_call(
+    fn: Callable[[], R],
+    *,
+    retry_if: Callable[[Exception], bool],
+    for_s: float,
+    on_retry: Callable[[Exception, float], None] | None = None,
+) -> R:
+    """``fn()``, called again with exponential backoff while ``retry_if`` holds for its
+    error, for ``for_s`` at most; then the error goes on up. The one backoff the storage,
+    the schema check and the service's start share."""
+    deadline = time.monotonic() + for_s
+    wait = _FIRST_WAIT_S
+    while True:
+        try:
+            return fn()
+        except Exception as e:
+            if not retry_if(e) or time.monotonic() + wait > deadline:
+                raise
+            if on_retry is not None:
+                on_retry(e, wait)
+            time.sleep(wait)
+            wait = min(2 * wait, _MAX_WAIT_S)
+
+
 def retry_db(fn: Callable[P, R]) -> Callable[P, R]:
     """Call ``fn`` (a method of an object with a ``url``) again with exponential backoff
     while a server database is unreachable, for the object's ``retry_for_s`` at most."""
@@ -58,18 +89,19 @@ def retry_db(fn: Callable[P, R]) -> Callable[P, R]:
         owner = args[0] if args else None
         # A SQLite file does not restart: only its write lock (other workers) is waited out.
         sqlite = str(getattr(owner, "url", "")).startswith("sqlite")
-        deadline = time.monotonic() + getattr(owner, "retry_for_s", RETRY_FOR_S)
-        wait = _FIRST_WAIT_S
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                retry = "database is locked" in str(e) if sqlite else is_disconnect(e)
-                if not retry or time.monotonic() + wait > deadline:
-                    raise
-                log.warning("database unreachable in %s; retrying in %.2f s", fn.__name__, wait)
-                time.sleep(wait)
-                wait = min(2 * wait, _MAX_WAIT_S)
+
+        def retry_if(e: Exception) -> bool:
+            return "database is locked" in str(e) if sqlite else is_disconnect(e)
+
+        def on_retry(e: Exception, wait: float) -> None:
+            log.warning("database unreachable in %s; retrying in %.2f s", fn.__name__, wait)
+
+        return retry_call(
+            lambda: fn(*args, **kwargs),
+            retry_if=retry_if,
+            for_s=getattr(owner, "retry_for_s", RETRY_FOR_S),
+            on_retry=on_retry,
+        )
 
     wrapper.__retry_db__ = True  # type: ignore[attr-defined]
     return wrapper
