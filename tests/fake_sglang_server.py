@@ -8,7 +8,9 @@ and ``/metrics`` with the gauges ``sglang:spec_accept_length`` / ``sglang:spec_a
 (only with ``--enable-metrics``, as in SGLang).
 
 It refuses what SGLang refuses: an inconsistent steps / top-k / draft-tokens triple (with top-k
-1, draft tokens must be steps + 1) and an unknown ``--speculative-algorithm``.
+1, draft tokens must be steps + 1), an unknown ``--speculative-algorithm``, and
+``--speculative-adaptive`` other than on EAGLE's chain, or with a config file whose candidate
+steps (per batch size, as SGLang's later releases read it) leave out ``--speculative-num-steps``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--speculative-num-draft-tokens", type=int)
     ap.add_argument("--speculative-ngram-min-match-window-size", type=int)
     ap.add_argument("--speculative-ngram-max-match-window-size", type=int)
+    ap.add_argument("--speculative-adaptive", action="store_true")
+    ap.add_argument("--speculative-adaptive-config")
     ap.add_argument("--fake-acceptance", type=float, default=0.6)
     ap.add_argument("--fake-token-ms", type=float, default=1.0)
     return ap.parse_args(argv)
@@ -65,6 +69,23 @@ def check(a: argparse.Namespace) -> str | None:
         return "ValueError: speculative_num_draft_tokens must be num_steps + 1 when topk is 1"
     if alg in ("EAGLE", "EAGLE3", "STANDALONE") and not a.speculative_draft_model_path:
         return f"ValueError: {alg} needs --speculative-draft-model-path"
+    if a.speculative_adaptive:
+        return _adaptive_problem(a)
+    return None
+
+
+def _adaptive_problem(a: argparse.Namespace) -> str | None:
+    if a.speculative_algorithm not in ("EAGLE", "EAGLE3") or a.speculative_eagle_topk != 1:
+        return "speculative_adaptive: EAGLE/EAGLE3 with topk 1 only"
+    if a.speculative_adaptive_config is None:
+        return None  # SGLang's own default steps
+    cfg = json.loads(Path(a.speculative_adaptive_config).read_text())
+    entries = [v for k, v in cfg.items() if k.isdigit()]
+    if not entries:
+        return "ValueError: speculative_adaptive_config must contain at least one BS key"
+    steps = {s for e in entries for s in e["candidate_steps"]}
+    if a.speculative_num_steps not in steps:
+        return f"ValueError: --speculative-num-steps={a.speculative_num_steps} is not in {steps}"
     return None
 
 

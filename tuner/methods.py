@@ -13,9 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tuner.engines import ADAPTIVE_STEPS
 from tuner.space import METHOD_NAMES
 
-__all__ = ["METHODS", "SUFFIX_KNOBS", "Method", "Param", "method_of", "params_text"]
+__all__ = [
+    "ADAPTIVE_OFF",
+    "METHODS",
+    "SUFFIX_KNOBS",
+    "Method",
+    "Param",
+    "method_of",
+    "params_text",
+]
 
 # Order of the keys in a speculative config (what the vLLM JSON export prints).
 SPEC_ORDER = (
@@ -28,7 +37,10 @@ SPEC_ORDER = (
     "suffix_decoding_max_cached_requests",
     "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob",
+    ADAPTIVE_STEPS,
 )
+
+ADAPTIVE_OFF = "off"  # the ``adaptive`` axis's choice that leaves the config unchanged
 
 # Suffix decoding's knobs: (param key, speculative-config key, short name in a label).
 SUFFIX_KNOBS = (
@@ -77,6 +89,7 @@ _DEPTH = Param("num_speculative_tokens", "num_speculative_tokens", "num_speculat
 _DRAFTING = Param(
     "draft_sample_method", "draft_sample_method", "draft_sample_method", optional=True
 )
+_ADAPTIVE = Param("adaptive", "adaptive_choices", ADAPTIVE_STEPS, optional=True)
 
 
 # Methods that look up n-grams of the tokens seen (vLLM's CPU lookup, or its GPU kernels).
@@ -118,6 +131,10 @@ class Method:
             p = by_spec.get(key)
             if p is not None and p.key in params:
                 v = params[p.key]
+                if key == ADAPTIVE_STEPS:
+                    if v != ADAPTIVE_OFF:  # off: the config every engine takes, unchanged
+                        spec[key] = [int(x) for x in str(v).split(",")]
+                    continue
                 spec[key] = resolve(v) if p.path else v
         return spec
 
@@ -133,6 +150,8 @@ class Method:
                 out += f" {p.short}={params[p.key]:g}"
         if params.get("draft_sample_method"):
             out += f" drafting={params['draft_sample_method']}"
+        if params.get("adaptive") not in (None, ADAPTIVE_OFF):
+            out += f" adaptive={params['adaptive']}"
         return out
 
 
@@ -144,10 +163,14 @@ METHODS: dict[str, Method] = {
         (_DEPTH, Param("draft", "drafts", "model", path=True), _DRAFTING),
     ),
     "eagle": Method(
-        "eagle", "EAGLE head", (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING)
+        "eagle",
+        "EAGLE head",
+        (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING, _ADAPTIVE),
     ),
     "eagle3": Method(
-        "eagle3", "EAGLE-3 head", (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING)
+        "eagle3",
+        "EAGLE-3 head",
+        (_DEPTH, Param("head", "heads", "model", path=True), _DRAFTING, _ADAPTIVE),
     ),
     "mtp": Method("mtp", "MTP layers", (_DEPTH,)),
     "suffix": Method(

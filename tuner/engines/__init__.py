@@ -6,11 +6,13 @@ May import from ``tuner``: ``tuner.metrics``, ``tuner.workloads``, ``tuner.stats
 
 from tuner.engines._args import DTYPES, SERVED_NAME_PATTERN, served_name_problem
 from tuner.engines._base import (
+    ADAPTIVE_STEPS,
     FAIL_REASONS,
     EngineConfig,
     EngineLaunchError,
     ExportUnsupported,
     FailReason,
+    adaptive_refused,
 )
 from tuner.engines._exports import (
     EXPORT_FORMAT_NAMES,
@@ -33,6 +35,7 @@ from tuner.engines._sglang import (
     SGLANG_ALGORITHMS,
     SGLANG_EXTRA_FLAGS,
     SGLangServer,
+    sglang_adaptive_config,
     sglang_argv,
     sglang_cli,
     sglang_spec_flags,
@@ -87,6 +90,8 @@ __all__ = [
     "EngineProbe",
     "ExportFormat",
     "ExportUnsupported",
+    "ADAPTIVE_STEPS",
+    "adaptive_refused",
     "FailReason",
     "HostedProbe",
     "HostedServer",
@@ -117,6 +122,7 @@ __all__ = [
     "render_export",
     "served_name_problem",
     "server_class",
+    "sglang_adaptive_config",
     "sglang_argv",
     "sglang_cli",
     "sglang_spec_flags",

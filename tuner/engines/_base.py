@@ -8,10 +8,30 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["EngineConfig", "EngineLaunchError", "ExportUnsupported", "FailReason", "FAIL_REASONS"]
+__all__ = [
+    "ADAPTIVE_STEPS",
+    "EngineConfig",
+    "EngineLaunchError",
+    "ExportUnsupported",
+    "FailReason",
+    "FAIL_REASONS",
+    "adaptive_refused",
+]
 
 FailReason = Literal["startup_timeout", "crash", "oom", "invalid_config"]
 FAIL_REASONS: tuple[str, ...] = ("startup_timeout", "crash", "oom", "invalid_config")
+
+# SpecTune's own key in a speculative config (no vLLM field): SGLang's adaptive speculation,
+# with the candidate steps its controller picks from. Any other engine refuses it.
+ADAPTIVE_STEPS = "adaptive_steps"
+
+
+def adaptive_refused(engine: str) -> str:
+    """Why ``engine`` cannot take a config with ``ADAPTIVE_STEPS``, naming the field."""
+    return (
+        f"methods.*.adaptive: {engine} has no adaptive speculation (SGLang's "
+        "--speculative-adaptive picks the depth per batch online); list only false for it"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tuner.engines._base import EngineConfig, ExportUnsupported
+from tuner.engines._base import ADAPTIVE_STEPS, EngineConfig, ExportUnsupported, adaptive_refused
 from tuner.engines._sglang import sglang_cli
 from tuner.engines._trtllm import trtllm_yaml
 from tuner.engines._vllm import export_cli
@@ -66,15 +66,21 @@ NO_SCHEDULE = (
 )
 
 
+def _vllm_spec(cfg: EngineConfig) -> dict | None:
+    if ADAPTIVE_STEPS in (cfg.speculative_config or {}):
+        raise ExportUnsupported(adaptive_refused("vLLM"))
+    return cfg.speculative_config
+
+
 def _vllm_json(cfg: EngineConfig) -> str:
     # Only the object that goes after --speculative-config; null when the baseline wins.
-    return json.dumps(cfg.speculative_config, separators=(", ", ": "))
+    return json.dumps(_vllm_spec(cfg), separators=(", ", ": "))
 
 
 def _vllm_schedule_json(cfg: EngineConfig, schedule: list[list[int]] | None) -> str:
-    if schedule is None or cfg.speculative_config is None:
+    if schedule is None or _vllm_spec(cfg) is None:
         raise ExportUnsupported(NO_SCHEDULE)
-    spec = dict(cfg.speculative_config)
+    spec = dict(cfg.speculative_config or {})
     spec["num_speculative_tokens"] = max(k for _, _, k in schedule)
     spec["num_speculative_tokens_per_batch_size"] = schedule
     return json.dumps(spec, separators=(", ", ": "))

@@ -27,7 +27,13 @@ from typing import Any, ClassVar, Self
 import psutil
 
 from tuner.engines._args import DTYPES, FlagValue
-from tuner.engines._base import EngineConfig, EngineLaunchError, FailReason
+from tuner.engines._base import (
+    ADAPTIVE_STEPS,
+    EngineConfig,
+    EngineLaunchError,
+    FailReason,
+    adaptive_refused,
+)
 from tuner.engines._pidfiles import reap_stale, record_group
 from tuner.engines._probe import EngineProbe
 
@@ -192,7 +198,9 @@ class ServerProcess(abc.ABC):
     ) -> str | None:
         """Why this engine cannot run the speculative config ``spec`` on ``device`` (None: it
         can). The base engine knows no drafting options: drafts other than greedy are
-        refused."""
+        refused, and so is an adaptive depth."""
+        if ADAPTIVE_STEPS in (spec or {}):
+            return adaptive_refused(cls.kind)
         drafting = (spec or {}).get("draft_sample_method")
         if drafting not in (None, "greedy"):
             return (

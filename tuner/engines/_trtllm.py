@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tuner.engines._base import EngineConfig, ExportUnsupported
+from tuner.engines._base import ADAPTIVE_STEPS, EngineConfig, ExportUnsupported, adaptive_refused
 
 __all__ = ["TRTLLM_DECODING", "trtllm_yaml"]
 
@@ -41,6 +41,8 @@ def trtllm_yaml(cfg: EngineConfig) -> str:
             raise ExportUnsupported(
                 "TensorRT-LLM's speculative config has no draft sampling option"
             )
+        if ADAPTIVE_STEPS in spec:
+            raise ExportUnsupported(adaptive_refused("TensorRT-LLM"))
         k = int(spec["num_speculative_tokens"])
         sc: dict[str, Any] = {"decoding_type": TRTLLM_DECODING[method], "max_draft_len": k}
         if method in ("draft_model", "eagle3"):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tuner.engines._args import FlagValue
-from tuner.engines._base import EngineConfig
+from tuner.engines._base import ADAPTIVE_STEPS, EngineConfig, ExportUnsupported, adaptive_refused
 from tuner.engines._probe import EngineProbe
 from tuner.engines._process import HUB_TOKEN_KEYS, ServerProcess
 from tuner.engines._vllm_cpu_fix import (
@@ -173,6 +173,9 @@ def suffix_trees_missing() -> str | None:
 
 
 def speculative_json(spec: dict) -> str:
+    """``--speculative-config``'s value; ExportUnsupported for what vLLM has no field for."""
+    if ADAPTIVE_STEPS in spec:
+        raise ExportUnsupported(adaptive_refused("vLLM"))
     return json.dumps(spec, separators=(",", ":"), sort_keys=False)
 
 
@@ -340,6 +343,8 @@ class VLLMServer(ServerProcess):
         decoding only with Arctic Inference's suffix trees installed beside it, and a GPU-only
         method only on a GPU."""
         method = (spec or {}).get("method")
+        if ADAPTIVE_STEPS in (spec or {}):
+            return adaptive_refused("vLLM")
         if device == "cpu" and (why := _GPU_ONLY.get(str(method))) is not None:
             return f"methods.{method}: vLLM runs {method} only on a GPU ({why})"
         if method == "mlp_speculator" and vllm_runner_has(method) is False:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tuner.engines import suffix_trees_missing
 from tuner.hub import is_hub_id, local_view
+from tuner.methods import ADAPTIVE_OFF
 from tuner.offline._draft import DraftGuesses
 from tuner.offline._heads import HEAD_METHODS, head_guesses
 from tuner.offline._ngram import ngram_propose
@@ -154,6 +155,14 @@ def price_proposers(
     an MTP proposer's own checkpoint is its target). ``sampling``: the settings ``seqs``
     were sampled under (temperature > 0), None for greedy outputs."""
     t0 = time.monotonic()
+    # An adaptive depth (SGLang) is picked per batch online from the acceptance it sees: a
+    # replay at one fixed depth would price another configuration.
+    adaptive = {
+        k: "not priced offline: an adaptive depth is picked per batch while serving"
+        for k, c in proposers.items()
+        if c.get("adaptive") not in (None, ADAPTIVE_OFF)
+    }
+    proposers = {k: c for k, c in proposers.items() if k not in adaptive}
     sampled = bool(sampling and float(sampling.get("temperature") or 0) > 0)
     probs: TargetProbs | None = None
     if sampled and seqs:
@@ -164,9 +173,9 @@ def price_proposers(
             why = f"did not load ({e})"
         if probs is None:
             reason = f"not priced offline under sampling: target {target}: {why}"
-            return OfflinePrices({}, dict.fromkeys(proposers, reason), "", 0.0)
+            return OfflinePrices({}, {**dict.fromkeys(proposers, reason), **adaptive}, "", 0.0)
     by: dict[str, dict[int, OfflineAcceptance]] = {}
-    unpriced: dict[str, str] = {}
+    unpriced: dict[str, str] = dict(adaptive)
     drafts: dict[str, DraftGuesses] = {}
     heads: dict[str, tuple[str, str]] = {}
     shown: dict[str, str] = {}  # a cached snapshot's folder -> the hub id, for the reasons

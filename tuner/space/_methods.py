@@ -15,6 +15,7 @@ from pydantic import (
 
 __all__ = [
     "MAX_RANGE",
+    "adaptive_text",
     "METHOD_NAMES",
     "BlockDraftMethod",
     "DraftModelMethod",
@@ -128,6 +129,37 @@ class DraftModelMethod(StrictModel):
     draft_sample_method: DraftSampling | None = _draft_sampling_field()
 
 
+CandidateSteps = Annotated[
+    list[Annotated[int, Field(ge=1, le=MAX_RANGE)]], Field(min_length=1), AfterValidator(_distinct)
+]
+
+
+def _adaptive_choices(v: list[Any]) -> list[Any]:
+    if any(c is True for c in v):
+        raise ValueError(
+            "true is not a choice: list the candidate steps the controller may pick from, "
+            "e.g. [1, 3, 7] (false: off)"
+        )
+    if len({adaptive_text(c) for c in v}) != len(v):
+        raise ValueError("values must not repeat")
+    return v
+
+
+def adaptive_text(choice: bool | list[int]) -> str:
+    """A choice of the ``adaptive`` axis as a trial's parameter: ``off``, or the candidate
+    steps sorted and joined, ``1,3,7`` (Optuna's choices must be scalars)."""
+    if choice is False:
+        return "off"
+    return ",".join(str(s) for s in sorted(choice))  # type: ignore[union-attr]
+
+
+# SGLang's adaptive speculation as a searched axis: each choice off (false) or on with the
+# candidate steps its controller picks from per batch, by the acceptance it sees.
+AdaptiveAxis = Annotated[
+    list[bool | CandidateSteps], Field(min_length=1), AfterValidator(_adaptive_choices)
+]
+
+
 class HeadMethod(StrictModel):
     """EAGLE or EAGLE-3: a head trained on one target's hidden states (checked before launch:
     its width, vocabulary and input layer must fit this target)."""
@@ -135,6 +167,19 @@ class HeadMethod(StrictModel):
     num_speculative_tokens: IntRange = IntRange(min=1, max=4)
     heads: CheckpointList
     draft_sample_method: DraftSampling | None = _draft_sampling_field()
+    adaptive: AdaptiveAxis | None = Field(
+        None,
+        description="SGLang's adaptive speculation: each choice "
+        "false (off, a fixed depth) or the candidate steps its controller picks from by the "
+        "acceptance it sees, e.g. [1, 3, 7]; the trial's depth is added to them as the step "
+        "it starts at. Listed: searched. SGLang only: other engines refuse a choice that is "
+        "not false before a launch.",
+    )
+
+    @property
+    def adaptive_choices(self) -> list[str] | None:
+        """The ``adaptive`` axis as trial parameters (``adaptive_text``), None unsearched."""
+        return None if self.adaptive is None else [adaptive_text(c) for c in self.adaptive]
 
 
 class StackedHeadMethod(StrictModel):
