@@ -77,3 +77,42 @@ def test_two_apps_in_one_process_keep_their_own_numbers(tmp_path):
     assert mb[("spectune_jobs", (("state", "queued"),))] == 0
     post = (("method", "POST"), ("route", "/api/jobs"), ("status", "201"))
     assert ("spectune_http_request_duration_seconds_count", post) not in mb
+
+
+def _lost() -> Exception:
+    from sqlalchemy.exc import OperationalError
+
+    from tuner.storage import StorageError
+
+    wrapped = StorageError("database error: server closed the connection")
+    wrapped.__cause__ = OperationalError("SELECT", {}, Exception("server closed the connection"))
+    return wrapped
+
+
+def test_a_scrape_while_the_database_restarts_says_so_instead_of_a_503(tmp_path, monkeypatch):
+    """Found by bench/soak.py: GET /metrics answered 503 while PostgreSQL restarted (the
+    counts are read at scrape time). Now the scrape answers, with spectune_database_up 0 and
+    no counts, as an exporter reports its backend; any other error still fails it."""
+    s = make_settings(tmp_path)
+    with TestClient(create_app(s, run_worker=False), raise_server_exceptions=False) as c:
+        c.post("/api/jobs", json={"preset": "fake-small"})
+        m = _samples(c.get("/metrics").text)
+        assert m[("spectune_database_up", ())] == 1
+        assert m[("spectune_jobs", (("state", "queued"),))] == 1
+
+        def lost(self: Store) -> None:
+            raise _lost()
+
+        monkeypatch.setattr(Store, "service_counts", lost)
+        monkeypatch.setattr(Store, "watches", lost)
+        r = c.get("/metrics")
+        assert r.status_code == 200
+        m = _samples(r.text)
+        assert m[("spectune_database_up", ())] == 0
+        assert not [k for k in m if k[0] in ("spectune_jobs", "spectune_watch_up")]
+
+        def broken(self: Store) -> None:
+            raise ValueError("a bug, not a restart")
+
+        monkeypatch.setattr(Store, "service_counts", broken)
+        assert c.get("/metrics").status_code >= 500

@@ -79,7 +79,9 @@ def create_app(
     )
     app.state.settings = settings
     app.state.worker = None
-    app.state.metrics_registry, latency = metrics.make_registry(settings.database_url)
+    app.state.metrics_registry, latency = metrics.make_registry(
+        settings.database_url, settings.db_retry_s
+    )
     # The last added sees a request first: timing, then the client's rate, then body size.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimit, rate=settings.rate_limit_per_s, burst=settings.rate_limit_burst)

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tuner.api._deps import Authorized
 from tuner.api._openapi import AUTH, responses
 from tuner.states import JobState, TrialState
-from tuner.storage import Store
+from tuner.storage import Store, is_disconnect
 from tuner.watch import SWITCH, VERDICT_CODES
 
 __all__ = ["RequestMetrics", "make_registry", "router"]
@@ -30,14 +30,38 @@ router = APIRouter(tags=["metrics"])
 TRIAL_STATES = tuple(s.value for s in TrialState)
 
 
-class _StoreCollector(Collector):
+class _DbCollector(Collector):
+    """Reads the database on every scrape, waiting for a restarting server as long as the
+    app's requests do (``db_retry_s``), not a worker's two minutes."""
+
+    def __init__(self, url: str, retry_for_s: float) -> None:
+        self.url, self.retry_for_s = url, retry_for_s
+
+    def store(self) -> Store:
+        store = Store(self.url)
+        store.retry_for_s = self.retry_for_s
+        return store
+
+
+class _StoreCollector(_DbCollector):
     """Gauges read from the database on every scrape."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-
     def collect(self) -> Iterator[Metric]:
-        c = Store(self.url).service_counts()
+        # An exporter's own "up" gauge (as mysqld_exporter's mysql_up): a scrape while the
+        # database restarts answers 0 and no counts, not a 503 that reads as a dead service.
+        up = GaugeMetricFamily(
+            "spectune_database_up", "1 when this scrape could read the database, else 0."
+        )
+        try:
+            c = self.store().service_counts()
+        except Exception as e:
+            if not is_disconnect(e):
+                raise
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
         jobs = GaugeMetricFamily("spectune_jobs", "Jobs by state.", labels=["state"])
         for state in JobState:
             jobs.add_metric([state.value], c.jobs_by_state.get(state, 0))
@@ -92,14 +116,17 @@ _WATCH_GAUGES = (
 )
 
 
-class _WatchCollector(Collector):
+class _WatchCollector(_DbCollector):
     """Each watch's latest window as gauges labelled by watch id, job and URL."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-
     def collect(self) -> Iterator[Metric]:
-        watches = Store(self.url).watches()
+        try:
+            watches = self.store().watches()
+        except Exception as e:
+            if not is_disconnect(e):
+                raise
+            return  # spectune_database_up says why no watch shows
+
         labels = ["watch", "job", "url"]
         verdict = GaugeMetricFamily(
             "spectune_watch_verdict",
@@ -127,11 +154,11 @@ class _WatchCollector(Collector):
         yield from fams.values()
 
 
-def make_registry(database_url: str) -> tuple[CollectorRegistry, Histogram]:
+def make_registry(database_url: str, retry_for_s: float) -> tuple[CollectorRegistry, Histogram]:
     """The app's registry and its request-latency histogram."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_StoreCollector(database_url))
-    registry.register(_WatchCollector(database_url))
+    registry.register(_StoreCollector(database_url, retry_for_s))
+    registry.register(_WatchCollector(database_url, retry_for_s))
     latency = Histogram(
         "spectune_http_request_duration_seconds",
         "Request latency by method, route template and status.",
