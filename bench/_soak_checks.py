@@ -11,7 +11,10 @@ has stopped: what a fault may never do, counted so that the answer to each is a 
   Optuna trial without a row, a row without an Optuna trial, or a trial still running. A
   result stored by a worker that stopped before telling Optuna (its trial then failed as
   stale) agrees only once a retry has told Optuna those values with no launch (its row
-  reuses the stored one): counted as ``told_by_retry``;
+  reuses the stored one): counted as ``told_by_retry``. A retry the job did not run because
+  its search had closed on its outlook (nothing left could win, the lost trial's
+  configuration included) is failed in Optuna with why (``NOT_RUN_ATTR``): it accounts for
+  its lost trial, and is counted as ``retries_not_run``;
 - an orphan engine: an engine process group alive with no worker left to own it.
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 import optuna
 
 from tests.faults.faultkit import engine_groups, group_alive, survivors
+from tuner.recovery import NOT_RUN_ATTR
 from tuner.states import JOB_ENDED
 from tuner.storage import JobNotFound, Store
 
@@ -37,12 +41,13 @@ def _history(t: optuna.trial.FrozenTrial) -> list[int]:
     return list(t.system_attrs.get("retry_history") or [])
 
 
-def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
+def _agreement(url: str, job_id: int) -> tuple[list[str], int, int, int]:
     """Where Optuna's trials and SpecTune's rows of one job disagree (empty: they agree),
-    how many results were stored but not told, and how many started trials are lost."""
+    how many results were stored but not told, how many started trials are lost, and how
+    many retries the job did not run (its search had closed)."""
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=url)
     rows = {r.number: r for r in Store(url).trials(job_id)}
-    problems, not_told = [], 0
+    problems, not_told, not_run = [], 0, 0
     chains: dict[int, bool] = {}  # the first trial of a chain -> some member has an outcome
     retried = {
         int(t.system_attrs["failed_trial"])
@@ -62,7 +67,11 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
         if t.state.name == "WAITING":
             continue  # enqueued, never started: no row yet, by design
         row = rows.pop(t.number, None)
-        if row is None and t.state.name == "FAIL" and (cancelled or t.number in retried):
+        dropped = row is None and t.state.name == "FAIL" and NOT_RUN_ATTR in t.system_attrs
+        not_run += dropped
+        if dropped:
+            pass  # a retry the closed search did not run, failed saying why
+        elif row is None and t.state.name == "FAIL" and (cancelled or t.number in retried):
             pass  # asked, then a cancel or its worker's death came before its row: read so
         elif row is None:
             problems.append(f"trial {t.number}: Optuna {t.state.name}, no SpecTune row")
@@ -78,13 +87,16 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int]:
         if t.state.name == "RUNNING":
             problems.append(f"trial {t.number}: still running after the soak")
         root = int(t.system_attrs.get("failed_trial", t.number))
-        done = row is not None and (
-            row.state in ("complete", "pruned")
-            or (row.state == "fail" and row.fail_reason != "interrupted")
+        done = dropped or (
+            row is not None
+            and (
+                row.state in ("complete", "pruned")
+                or (row.state == "fail" and row.fail_reason != "interrupted")
+            )
         )
         chains[root] = chains.get(root, False) or done
     problems += [f"trial {n}: SpecTune row without an Optuna trial" for n in sorted(rows)]
-    return problems, not_told, sum(not ok for ok in chains.values())
+    return problems, not_told, sum(not ok for ok in chains.values()), not_run
 
 
 def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
@@ -94,7 +106,7 @@ def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
     lost_jobs: list[int] = []
     unfinished: list[int] = []
     failed: dict[int, str | None] = {}
-    lost = duplicated = trials = not_told = 0
+    lost = duplicated = trials = not_told = not_run = 0
     disagreements: dict[int, list[str]] = {}
     for job_id in sorted(job_ids):
         try:
@@ -110,8 +122,9 @@ def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
         got = survivors(url, job_id)
         trials += len(got["optuna_states"])
         duplicated += int(got["duplicated"])
-        problems, told, lost_here = _agreement(url, job_id)
+        problems, told, lost_here, dropped = _agreement(url, job_id)
         not_told += told
+        not_run += dropped
         if job.state == "succeeded":
             lost += lost_here  # a cancelled or failed job's trials may end interrupted
         if problems:
@@ -127,6 +140,7 @@ def check_jobs(url: str, job_ids: set[int]) -> dict[str, Any]:
         "duplicated_trials": duplicated,
         "disagreements": disagreements,
         "told_by_retry": not_told,
+        "retries_not_run": not_run,
     }
 
 

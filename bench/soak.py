@@ -273,6 +273,7 @@ class Soak(Clients):
             "lost_jobs": len(checks["lost_jobs"]),
             "disagreements": sum(len(v) for v in checks["disagreements"].values()),
             "told_by_retry": checks["told_by_retry"],
+            "retries_not_run": checks["retries_not_run"],
             "idempotency_breaks": c["idempotency_breaks"],
             "ssrf_accepted": c["ssrf_accepted"],
             "faults": {

@@ -121,6 +121,8 @@ def _run_trials(
                 recovery.run_one(study, runner)
                 continue
             return None
+        if recovery.tell_stored(study, runner):
+            continue  # a lost trial's stored result told Optuna: no launch, no slot
         rep = job_report(store, job_id)
         strategy.keep_prices()
         # Enqueued trials (start points, warm starts, a recorded grid) were asked for: they
@@ -148,11 +150,6 @@ def _run_trials(
             if store.reopen_search(job_id):
                 stopped, on_outlook, reopen = None, False, False
                 continue
-        if stopped is not None and recovery.tells_waiting(study):
-            # Optuna told a stored result: no launch, and no slot (a retry stands in for the
-            # trial it repeats), so it runs after the search closed, when no slot is taken.
-            recovery.run_one(study, runner)
-            continue
         if store.trial_slots_left(job_id) > 0 and stopped is None:
             continue  # a dead worker's trial was put back: run it
         unasked = recovery.unasked_slots(study)  # a dead worker's slot, back after grace_s
@@ -173,6 +170,7 @@ def _run_trials(
                 # A cancel requested before the end wins, even one the heartbeat has not
                 # brought yet: a helper that saw it first has cut its trial short.
                 raise JobCancelled("job cancelled")
+            recovery.drop_retries(study, f"the search had closed: {stopped}")
             return stopped
         conf.launch(number)
         reopen = on_outlook

@@ -30,9 +30,18 @@ from tuner.storage import (
     study_name_for,
 )
 
-__all__ = ["MAX_RETRY", "EndedJobSweep", "Recovery", "slots_used", "trial_heartbeat"]
+__all__ = [
+    "MAX_RETRY",
+    "NOT_RUN_ATTR",
+    "EndedJobSweep",
+    "Recovery",
+    "slots_used",
+    "trial_heartbeat",
+]
 
 MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
+# Optuna system attribute of a retry the job did not run (why): the search had closed.
+NOT_RUN_ATTR = "spectune_not_run"
 _STORED = (TrialState.COMPLETE, TrialState.PRUNED)
 _LOST_UNRETRIED = "its worker stopped, and whoever declared it lost did not queue its retry"
 _ENDED_WHILE_RUNNING = "its job ended while it ran, and its worker stopped (killed, or cut off)"
@@ -106,6 +115,57 @@ class Recovery:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
             trial = study.ask()  # what optimize would do, heartbeat included (below)
+        self._run(study, trial, objective)
+
+    def tell_stored(self, study: optuna.Study, objective: Objective) -> bool:
+        """The owner runs a queued retry of a trial whose result is stored, at once: it only
+        tells Optuna those values (``TrialRunner._reuse``, no launch, no slot). ``ask`` would
+        take the oldest waiting trial instead, and one that launches (an enqueued neighbour)
+        may wait ahead of it, or the search may have closed (soak job 152: the result was
+        never told). Claimed as ``ask`` claims a waiting trial (waiting to running: one
+        claimer wins). False: none waits."""
+        store, job_id = self.ctx.store, self.ctx.job_id
+        running = optuna.trial.TrialState.RUNNING
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            history = t.system_attrs.get("retry_history") or []
+            if not history or store.trial_state(job_id, history[-1]) not in _STORED:
+                continue
+            try:
+                if not self.storage.set_trial_state_values(t._trial_id, state=running):
+                    continue  # another worker claimed it
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            self._run(study, optuna.Trial(study, t._trial_id), objective)
+            return True
+        return False
+
+    def drop_retries(self, study: optuna.Study, why: str) -> list[int]:
+        """At the job's end, the retries still queued that would launch: the search closed
+        on its outlook (nothing left can win, the lost trial's configuration included), so
+        none runs. Each is failed in Optuna with ``why`` under ``NOT_RUN_ATTR``, so the
+        record says what became of its lost trial instead of leaving it waiting. Their
+        numbers."""
+        dropped = []
+        fail, running = optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if retried_number(t) is None:
+                continue  # an enqueued trial, never started: it stays waiting, as ever
+            history = t.system_attrs.get("retry_history") or []
+            if self.ctx.store.trial_state(self.ctx.job_id, history[-1]) in _STORED:
+                continue  # no launch: ``tell_stored`` tells it, never dropped
+            try:
+                if not self.storage.set_trial_state_values(t._trial_id, state=running):
+                    continue
+                self.storage.set_trial_system_attr(t._trial_id, NOT_RUN_ATTR, why)
+                self.storage.set_trial_state_values(t._trial_id, state=fail)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            dropped.append(t.number)
+        if dropped:
+            log.warning("job %s: retries %s not run: %s", self.ctx.job_id, dropped, why)
+        return dropped
+
+    def _run(self, study: optuna.Study, trial: optuna.Trial, objective: Objective) -> None:
         values: list[float] | None = None
         state: optuna.trial.TrialState | None = None
         try:
@@ -151,7 +211,8 @@ class Recovery:
             if len(history) >= MAX_RETRY:
                 return False
             RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
-        store.refund_trial_slot(job_id)
+        if state not in _STORED:  # a stored result is told with no slot (``tell_stored``)
+            store.refund_trial_slot(job_id)
         return True
 
     def settle(self, study: optuna.Study) -> bool:
@@ -180,7 +241,8 @@ class Recovery:
             state, reason = outcome if outcome is not None else (None, None)
             if state in _STORED:
                 self._settled.add(t.number)
-                self._retry(study, t, "its worker stopped before telling Optuna")
+                # queued: True, so the owner loops once more and tells it (``tell_stored``)
+                unsettled |= self._retry(study, t, "its worker stopped before telling Optuna")
                 continue
             if state == TrialState.FAIL and reason != "interrupted":
                 self._settled.add(t.number)  # the trial's own failure
@@ -194,25 +256,6 @@ class Recovery:
             store.fail_orphaned_trials(job_id, [t.number], detail=_LOST_UNRETRIED)
             self._retry(study, t, _LOST_UNRETRIED, row=False)
         return unsettled
-
-    def tells_waiting(self, study: optuna.Study) -> bool:
-        """True when every waiting trial is a retry of a trial whose result is stored: each
-        only tells Optuna those values (``TrialRunner._reuse``, no launch), so the owner
-        runs them even after the search closed. Any other waiting trial would launch."""
-        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-        if not waiting:
-            return False
-        store, job_id = self.ctx.store, self.ctx.job_id
-        for t in waiting:
-            history = t.system_attrs.get("retry_history") or []
-            if not history:
-                return False
-            if store.trial_state(job_id, history[-1]) not in (
-                TrialState.COMPLETE,
-                TrialState.PRUNED,
-            ):
-                return False
-        return True
 
     def requeue(self, study: optuna.Study, numbers: list[int]) -> None:
         """Trials this worker cut short when asked to stop run again elsewhere."""

@@ -17,7 +17,7 @@ import pytest
 from tests.job.test_shared_job import FAST, _run, _space
 from tuner.context import JobContext, JobControl
 from tuner.job import JobCancelled, create_job, default_measurer, run_job
-from tuner.recovery import EndedJobSweep, Recovery
+from tuner.recovery import NOT_RUN_ATTR, EndedJobSweep, Recovery
 from tuner.storage import JobModel, Store, utcnow
 from tuner.storage._db import session_scope
 from tuner.worker import Worker
@@ -62,7 +62,7 @@ def test_the_owner_tells_a_stored_result_nobody_retried_once(tmp_path, db_url):
     n = _lost_after_storing(store, job_id, stored=True)
     owner = _recovery(store, job_id, owner=True)
     study = store.load_study(job_id, storage=owner.storage)
-    assert not owner.settle(study)  # settled at once: the row holds a result
+    assert owner.settle(study)  # queued at once (the row holds a result): told next loop
     (retry,) = _retries(store, job_id, n)
     assert retry.state == WAITING
     owner.settle(study)
@@ -236,3 +236,56 @@ def test_a_late_callback_does_not_queue_a_second_retry(tmp_path, db_url):
     assert not helper._retry(late, late.trials[n], "its worker stopped beating", row=False)
     assert len(_retries(store, job_id, n)) == 1
     assert store.trial_slots_left(job_id) == slots  # no second slot given back
+
+
+def test_a_stored_result_is_told_though_a_launching_trial_waits_ahead_of_it(tmp_path, db_url):
+    """Soak job 152: the search had closed on its outlook with an enqueued neighbour left
+    waiting; ``ask`` takes the oldest waiting trial, so the stored result's retry behind it
+    was never run and its values never told. The owner runs that retry itself."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    study.enqueue_trial(dict(study.trials[1].params))  # a neighbour that would launch
+    ahead = study.get_trials(states=(WAITING,))[0].number
+    n = _lost_after_storing(store, job_id, stored=True)
+    assert owner.settle(study)
+    ran: list[int] = []
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        ran.append(trial.number)
+        return list(study.trials[0].values)
+
+    assert owner.tell_stored(study, objective)
+    (retry,) = _retries(store, job_id, n)
+    assert ran == [retry.number] and retry.state == optuna.trial.TrialState.COMPLETE
+    assert study.trials[ahead].state == WAITING  # the launching one was not run
+    assert not owner.tell_stored(study, objective) and ran == [retry.number]
+
+
+def test_a_retry_the_closed_search_will_not_run_is_failed_with_why(tmp_path, db_url):
+    """Soak job 122: a lost trial's retry queued after the search closed on its outlook was
+    left waiting for ever. At the job's end the owner fails it, saying why; an enqueued
+    trial stays waiting, and a stored result's retry is never dropped (it is told)."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    study.enqueue_trial(dict(study.trials[1].params))
+    queued = study.get_trials(states=(WAITING,))[0].number
+    storage = store.optuna_storage()
+    tid = storage.create_new_trial(storage.get_study_id_from_name(f"spectune-job-{job_id}"))
+    assert storage.set_trial_state_values(tid, FAIL)
+    lost = storage.get_trial_number_from_id(tid)
+    assert owner._retry(study, study.trials[lost], "its worker stopped", row=False)
+    stored = _lost_after_storing(store, job_id, stored=True)
+    owner.settle(study)
+    (retry,) = _retries(store, job_id, lost)
+    assert owner.drop_retries(study, "the search had closed: nothing left can win") == [
+        retry.number
+    ]
+    dropped = study.trials[retry.number]
+    assert dropped.state == FAIL
+    assert dropped.system_attrs[NOT_RUN_ATTR] == "the search had closed: nothing left can win"
+    assert study.trials[queued].state == WAITING
+    (told,) = _retries(store, job_id, stored)
+    assert told.state == WAITING  # left for tell_stored
+    assert owner.drop_retries(study, "again") == []

@@ -404,36 +404,3 @@ def test_a_job_whose_set_up_fails_ends_failed_not_running_for_ever(tmp_path, db_
         run_job(store, job_id, work_dir=tmp_path / "w", worker=FAST)
     job = store.job(job_id)
     assert job.state == "failed" and "storage could not be built" in (job.error or "")
-
-
-def test_only_retries_of_stored_results_run_after_the_search_closed(tmp_path, db_url):
-    """A stored result whose trial was failed as stale after the search closed is still
-    told to Optuna (its retry needs no launch); a retry that would launch is not run."""
-    store, job_id = _run(tmp_path, db_url, trials=2)
-    study = store.load_study(job_id)
-    first = study.trials[0]
-    assert store.trial(job_id, 0).state == "complete"
-    recovery = Recovery(JobContext.reading(store, job_id))
-
-    def retry_of(number: int) -> None:
-        t = study.trials[number]
-        attrs = {"failed_trial": number, "retry_history": [number]}
-        study.add_trial(
-            optuna.create_trial(
-                state=optuna.trial.TrialState.WAITING,
-                params=t.params,
-                distributions=t.distributions,
-                system_attrs=attrs,
-            )
-        )
-
-    storage = store.optuna_storage()
-    for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):  # left by the job
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.RUNNING)
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    study = store.load_study(job_id)
-    assert not recovery.tells_waiting(study)  # nothing waits
-    retry_of(first.number)
-    assert recovery.tells_waiting(study)
-    study.enqueue_trial(first.params)  # a waiting trial that would launch
-    assert not recovery.tells_waiting(study)
