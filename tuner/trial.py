@@ -206,10 +206,13 @@ class TrialRunner:
     ) -> Measured | None:
         """The same engine configuration was already measured in this job: reuse it, no
         launch, and steer the next trial to an unmeasured neighbour instead of a repeat."""
-        prev = self.ctx.store.previous_run(self.ctx.job_id, cfg.key(), trial.number)
+        retried = _retry_of(trial)
+        prev = self.ctx.store.previous_run(
+            self.ctx.job_id, cfg.key(), trial.number, retried=retried
+        )
         if prev is None:
             return None
-        if _retry_of(trial) != prev.number:  # not a retry telling Optuna a stored result
+        if retried != prev.number:  # not a retry telling Optuna a stored result
             self.strategy.enqueue_neighbour(trial, params)
         ms = [dict(m.metrics) for m in prev.measurements]
         if prev.state == TrialState.PRUNED:

@@ -289,3 +289,28 @@ def test_a_retry_the_closed_search_will_not_run_is_failed_with_why(tmp_path, db_
     (told,) = _retries(store, job_id, stored)
     assert told.state == WAITING  # left for tell_stored
     assert owner.drop_retries(study, "again") == []
+
+
+def test_a_retry_tells_its_own_trials_values_not_another_run_of_the_configuration(
+    tmp_path, db_url
+):
+    """Soak jobs 213 and 56: the lost trial's configuration was also run by a later trial
+    (213), or the lost trial had itself reused an earlier run (56); its retry told that other
+    run. A retry now finds the trial it runs again first, when its result is stored."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    n = _lost_after_storing(store, job_id, stored=True)
+    done = store.trial(job_id, 0)
+    later = store.add_trial(
+        job_id, n + 1, method=done.method, params=done.params, engine_config={}, engine_key="x"
+    )
+    other = [{**dict(m.metrics), "output_tok_per_s": 1.0} for m in done.measurements]
+    assert store.store_results(later, other, {}, state="complete")
+    assert store.previous_run(job_id, "x", n + 2).number == n + 1  # the last run, as before
+    own = store.previous_run(job_id, "x", n + 2, retried=n)
+    assert own.number == n
+    assert (
+        own.measurements[0].metrics["output_tok_per_s"]
+        == (done.measurements[0].metrics["output_tok_per_s"])
+    )
+    # The lost trial's own row stored nothing (or another configuration): the last run.
+    assert store.previous_run(job_id, "y", n + 2, retried=n) is None

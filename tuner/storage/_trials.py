@@ -203,9 +203,25 @@ class TrialQueries:
             return _load([row])[0]
 
     @retry_db
-    def previous_run(self, job_id: int, engine_key: str, before: int) -> TrialModel | None:
+    def previous_run(
+        self, job_id: int, engine_key: str, before: int, *, retried: int | None = None
+    ) -> TrialModel | None:
         """The last trial before ``before`` that ran this engine configuration and says
-        something about it (an interrupted or cancelled one does not)."""
+        something about it (an interrupted or cancelled one does not). For a retry, the
+        trial it runs again (``retried``) comes first when its result is stored: those are
+        the values to tell Optuna, not another run of the same configuration (soak jobs 56
+        and 213: a later run, or the run the lost trial had reused, was told instead)."""
+        if retried is not None:
+            own = select(TrialModel).where(
+                TrialModel.job_id == job_id,
+                TrialModel.number == retried,
+                TrialModel.engine_key == engine_key,
+                TrialModel.state.in_((TrialState.COMPLETE, TrialState.PRUNED)),
+            )
+            with self.session() as s:
+                row = s.scalars(own).first()
+                if row is not None:
+                    return _load([row])[0]
         q = (
             select(TrialModel)
             .where(
