@@ -112,12 +112,14 @@ const PARAM_TEXT = {
       .filter(([k]) => pr[k] !== undefined && pr[k] !== null)
       .map(([k, short]) => ` ${short}=${pr[k]}`)
       .join(""),
+  // SGLang's adaptive depth: the candidate steps, where the trial had it on.
+  adaptive: (pr) => (pr.adaptive && pr.adaptive !== "off" ? ` adaptive=${pr.adaptive}` : ""),
 };
 const METHOD_PARAMS = {
   ngram: ["lookup"],
   draft_model: ["draft"],
-  eagle: [],
-  eagle3: [],
+  eagle: ["adaptive"],
+  eagle3: ["adaptive"],
   mtp: [],
   suffix: ["suffix"],
   medusa: [],
