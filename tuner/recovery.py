@@ -122,48 +122,48 @@ class Recovery:
         tells Optuna those values (``TrialRunner._reuse``, no launch, no slot). ``ask`` would
         take the oldest waiting trial instead, and one that launches (an enqueued neighbour)
         may wait ahead of it, or the search may have closed (soak job 152: the result was
-        never told). Claimed as ``ask`` claims a waiting trial (waiting to running: one
-        claimer wins). False: none waits."""
-        store, job_id = self.ctx.store, self.ctx.job_id
-        running = optuna.trial.TrialState.RUNNING
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            history = t.system_attrs.get("retry_history") or []
-            if not history or store.trial_state(job_id, history[-1]) not in _STORED:
-                continue
-            try:
-                if not self.storage.set_trial_state_values(t._trial_id, state=running):
-                    continue  # another worker claimed it
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
-            self._run(study, optuna.Trial(study, t._trial_id), objective)
-            return True
+        never told). False: none waits."""
+        for t, stored in self._waiting_retries(study):
+            if stored and self._claim(t):
+                self._run(study, optuna.Trial(study, t._trial_id), objective)
+                return True
         return False
 
     def drop_retries(self, study: optuna.Study, why: str) -> list[int]:
         """At the job's end, the retries still queued that would launch: the search closed
         on its outlook (nothing left can win, the lost trial's configuration included), so
         none runs. Each is failed in Optuna with ``why`` under ``NOT_RUN_ATTR``, so the
-        record says what became of its lost trial instead of leaving it waiting. Their
-        numbers."""
+        record says what became of its lost trial instead of leaving it waiting. A stored
+        result's retry launches nothing and is never dropped (``tell_stored`` tells it).
+        Their numbers."""
         dropped = []
-        fail, running = optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            if retried_number(t) is None:
-                continue  # an enqueued trial, never started: it stays waiting, as ever
-            history = t.system_attrs.get("retry_history") or []
-            if self.ctx.store.trial_state(self.ctx.job_id, history[-1]) in _STORED:
-                continue  # no launch: ``tell_stored`` tells it, never dropped
-            try:
-                if not self.storage.set_trial_state_values(t._trial_id, state=running):
-                    continue
-                self.storage.set_trial_system_attr(t._trial_id, NOT_RUN_ATTR, why)
-                self.storage.set_trial_state_values(t._trial_id, state=fail)
-            except optuna.exceptions.UpdateFinishedTrialError:
+        for t, stored in self._waiting_retries(study):
+            if stored or not self._claim(t):
                 continue
+            self.storage.set_trial_system_attr(t._trial_id, NOT_RUN_ATTR, why)
+            self.storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL)
             dropped.append(t.number)
         if dropped:
             log.warning("job %s: retries %s not run: %s", self.ctx.job_id, dropped, why)
         return dropped
+
+    def _waiting_retries(
+        self, study: optuna.Study
+    ) -> Iterator[tuple[optuna.trial.FrozenTrial, bool]]:
+        """Each queued retry of a lost trial, and whether that trial's result is stored."""
+        store, job_id = self.ctx.store, self.ctx.job_id
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            history = t.system_attrs.get("retry_history") or []
+            if history:
+                yield t, store.trial_state(job_id, history[-1]) in _STORED
+
+    def _claim(self, t: optuna.trial.FrozenTrial) -> bool:
+        """Waiting to running, as ``ask`` claims a waiting trial: one claimer wins."""
+        running = optuna.trial.TrialState.RUNNING
+        try:
+            return self.storage.set_trial_state_values(t._trial_id, state=running)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
 
     def _run(self, study: optuna.Study, trial: optuna.Trial, objective: Objective) -> None:
         values: list[float] | None = None

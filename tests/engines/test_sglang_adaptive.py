@@ -28,7 +28,7 @@ from tuner.engines import (
 from tuner.job import create_job, run_job
 from tuner.methods import METHODS, params_text
 from tuner.offline import price_proposers
-from tuner.space import SpaceError, loads_space
+from tuner.space import SearchSpace, SpaceError, loads_space
 from tuner.storage import Store
 from tuner.surface import grid_params, params_to_config
 
@@ -43,6 +43,18 @@ def _space(adaptive: object, kind: str = "sglang", trials: int = 3):
     data["methods"]["eagle"]["num_speculative_tokens"] = {"min": 2, "max": 2}
     data["methods"]["eagle"]["adaptive"] = adaptive
     return loads_space(json.dumps(data), base_dir=REPO)
+
+
+def _run_on_fake_sglang(db_url: str, tmp_path: Path, space: SearchSpace) -> dict[str, dict]:
+    """Run the job against the FAKE SGLang server: its trial records by method."""
+    job_id = create_job(Store(db_url), space)
+    run_job(
+        Store(db_url),
+        job_id,
+        work_dir=tmp_path / "w",
+        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
+    )
+    return {r["method"]: r for r in trial_records(db_url, job_id)}
 
 
 def _spec(steps: list[int] | None = None, method: str = "eagle", k: int = 2) -> dict:
@@ -155,16 +167,8 @@ def test_a_vllm_job_fails_the_adaptive_trial_before_launching_it(db_url, fake_la
 
 
 def test_an_sglang_job_launches_adaptive_eagle_with_its_config_file(db_url, tmp_path):
-    space = _space([[1, 3]], trials=2)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=tmp_path / "w",
-        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
-    )
-    recs = {r["number"]: r for r in trial_records(db_url, job_id)}
-    eagle = next(r for r in recs.values() if r["method"] == "eagle")
+    recs = _run_on_fake_sglang(db_url, tmp_path, _space([[1, 3]], trials=2))
+    eagle = recs["eagle"]
     assert eagle["state"] == "complete", eagle["fail_detail"]
     assert eagle["params"]["adaptive"] == "1,3"
     argv = shlex.split(Path(eagle["log_path"]).read_text().splitlines()[0].split(": ", 1)[-1])
@@ -182,15 +186,7 @@ def test_an_sglang_job_launches_ngram_and_a_draft_model_as_ngram_and_standalone(
         {"method": "draft_model", "num_speculative_tokens": 2},
     ]
     data["measurement"]["confirm_budget"] = 0
-    space = loads_space(json.dumps(data), base_dir=REPO)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=tmp_path / "w",
-        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
-    )
-    recs = {r["method"]: r for r in trial_records(db_url, job_id)}
+    recs = _run_on_fake_sglang(db_url, tmp_path, loads_space(json.dumps(data), base_dir=REPO))
     for method, algorithm in (("ngram", "NGRAM"), ("draft_model", "STANDALONE")):
         r = recs[method]
         assert r["state"] == "complete", r["fail_detail"]
