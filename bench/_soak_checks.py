@@ -14,7 +14,8 @@ has stopped: what a fault may never do, counted so that the answer to each is a 
   reuses the stored one): counted as ``told_by_retry``. A retry the job did not run because
   its search had closed on its outlook (nothing left could win, the lost trial's
   configuration included) is failed in Optuna with why (``NOT_RUN_ATTR``): it accounts for
-  its lost trial, and is counted as ``retries_not_run``;
+  its lost trial, and is counted as ``retries_not_run``; so is a trial a helper asked after
+  the job had ended (it stalled between taking its slot and asking);
 - an orphan engine: an engine process group alive with no worker left to own it.
 """
 
@@ -70,7 +71,7 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int, int]:
         dropped = row is None and t.state.name == "FAIL" and NOT_RUN_ATTR in t.system_attrs
         not_run += dropped
         if dropped:
-            pass  # a retry the closed search did not run, failed saying why
+            pass  # not run (a retry after the search closed; asked after the end), saying why
         elif row is None and t.state.name == "FAIL" and (cancelled or t.number in retried):
             pass  # asked, then a cancel or its worker's death came before its row: read so
         elif row is None:

@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
-# Optuna system attribute of a retry the job did not run (why): the search had closed.
+# Optuna system attribute of a trial the job did not run, saying why: a retry after the
+# search closed, or a helper's trial asked after the job ended.
 NOT_RUN_ATTR = "spectune_not_run"
 _STORED = (TrialState.COMPLETE, TrialState.PRUNED)
 _LOST_UNRETRIED = "its worker stopped, and whoever declared it lost did not queue its retry"

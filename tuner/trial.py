@@ -32,6 +32,7 @@ from tuner.measure import (
     lossless_match,
     objective_values,
 )
+from tuner.recovery import NOT_RUN_ATTR
 from tuner.search import GUIDE_ATTR, SearchStrategy
 from tuner.states import TrialState
 
@@ -100,6 +101,14 @@ class TrialRunner:
         if ctx.control.cancelled:
             if ctx.worker.stopping():
                 self.interrupted.append(trial.number)  # asked, never run: its retry runs it
+            else:
+                # The job ended or was cancelled before this trial began: a helper stalled
+                # between taking its slot and asking came back after the owner had given
+                # that slot back and ended the job (soak job 423). Nothing ran; the record
+                # says so, as for a retry the closed search did not run.
+                trial.storage.set_trial_system_attr(
+                    trial._trial_id, NOT_RUN_ATTR, "its job had ended or was cancelled first"
+                )
             raise JobCancelled("job cancelled")
         t0 = time.monotonic()
         params, note = self._candidate(trial)

@@ -1,16 +1,20 @@
-"""A submission meeting a database restart while its study is made (bench/soak.py: a 503 on
-``POST /api/jobs``): the study is made again, once, and the job stands."""
+"""A submission meeting a database restart (bench/soak.py: a 503 on ``POST /api/jobs``):
+whichever step the restart meets (the schema check, the job's row, its study), the step runs
+again, nothing is made twice, and the job stands."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import optuna
+from sqlalchemy import event, func, select
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from tests.job.test_shared_job import _space
 from tuner.job import create_job
-from tuner.storage import Store
+from tuner.storage import JobModel, Store
+from tuner.storage import _store as store_module
 
 
 def _lost() -> OperationalError:
@@ -34,3 +38,47 @@ def test_a_study_whose_answer_was_lost_is_made_once(pg_url, tmp_path, monkeypatc
     assert optuna.get_all_study_names(storage=pg_url) == [f"spectune-job-{job_id}"]
     assert store.job(job_id).state == "queued"
     assert store.load_study(job_id).trials is not None
+
+
+def test_a_job_row_whose_commit_answer_was_lost_is_made_once(pg_url, tmp_path):
+    """The row's commit applied, then the connection dropped before its answer: the try
+    again finds the row by the call's token instead of adding a second job."""
+    armed, lost = [False], []
+
+    def note_new_job(session: Session, _ctx: object) -> None:
+        armed[0] = armed[0] or any(isinstance(o, JobModel) for o in session.new)
+
+    def lose_the_answer(_session: Session) -> None:
+        if armed[0] and not lost:
+            lost.append(True)
+            raise _lost()
+
+    event.listen(Session, "after_flush", note_new_job)
+    event.listen(Session, "after_commit", lose_the_answer)
+    try:
+        store = Store(pg_url)
+        job_id = create_job(store, _space(tmp_path))
+    finally:
+        event.remove(Session, "after_flush", note_new_job)
+        event.remove(Session, "after_commit", lose_the_answer)
+    assert lost == [True]
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(JobModel)) == 1
+    job = store.job(job_id)
+    assert job.study_name == f"spectune-job-{job_id}" and job.state == "queued"
+    assert optuna.get_all_study_names(storage=pg_url) == [f"spectune-job-{job_id}"]
+
+
+def test_a_schema_check_meeting_a_restart_is_tried_again(pg_url, tmp_path, monkeypatch):
+    real, calls = store_module.ensure_schema, []
+
+    def down_once(url: str) -> None:
+        calls.append(url)
+        if len(calls) == 1:
+            raise _lost()
+        real(url)
+
+    monkeypatch.setattr(store_module, "ensure_schema", down_once)
+    store = Store(pg_url)
+    job_id = create_job(store, _space(tmp_path))
+    assert len(calls) == 2 and store.job(job_id).state == "queued"

@@ -16,7 +16,8 @@ import pytest
 
 from tests.job.test_shared_job import FAST, _run, _space
 from tuner.context import JobContext, JobControl
-from tuner.job import JobCancelled, create_job, default_measurer, run_job
+from tuner.job import JobCancelled, _set_up, create_job, default_measurer, run_job
+from tuner.measure import load_all_prompts
 from tuner.recovery import NOT_RUN_ATTR, EndedJobSweep, Recovery
 from tuner.storage import JobModel, Store, utcnow
 from tuner.storage._db import session_scope
@@ -314,3 +315,23 @@ def test_a_retry_tells_its_own_trials_values_not_another_run_of_the_configuratio
     )
     # The lost trial's own row stored nothing (or another configuration): the last run.
     assert store.previous_run(job_id, "y", n + 2, retried=n) is None
+
+
+def test_a_trial_asked_after_its_job_ended_is_failed_saying_it_never_ran(tmp_path, db_url):
+    """Soak job 423: a helper stalled between taking its slot and asking came back after the
+    owner had given the slot back and ended the job; it asked a trial, saw the job's end and
+    failed it before its row: a trial neither run nor said not to have run. Now it says why."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    space = store.space(job_id)
+    control = JobControl()
+    control.cancel()  # what the helper's heartbeat makes of the job's end
+    ctx = JobContext(store, job_id, space, 2, tmp_path / "helper", control, FAST, owner=False)
+    study, recovery, runner = _set_up(ctx, load_all_prompts(space), None)
+    rows = {r.number for r in store.trials(job_id)}
+    with pytest.raises(JobCancelled):
+        recovery.run_one(study, runner)
+    asked = store.load_study(job_id).get_trials()[-1]
+    assert asked.state == FAIL and asked.number not in rows
+    assert asked.system_attrs[NOT_RUN_ATTR] == "its job had ended or was cancelled first"
+    assert {r.number for r in store.trials(job_id)} == rows  # no row: nothing ran
+    assert runner.interrupted == []  # not put back for a retry either

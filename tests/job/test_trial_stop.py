@@ -1,5 +1,6 @@
 """A worker asked to stop between Optuna's ask and the trial's start: the asked trial is
-put back for a retry (its slot with it), never silently lost."""
+put back for a retry (its slot with it), never silently lost. A trial of a job cancelled or
+ended meanwhile is not put back: Optuna's record says it never ran."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tuner.measure import JobCancelled, JobControl
+from tuner.recovery import NOT_RUN_ATTR
 from tuner.trial import TrialRunner
 
 
@@ -29,6 +31,9 @@ def test_a_trial_asked_by_a_stopping_worker_is_put_back():
 
 def test_a_trial_of_a_cancelled_job_is_not_put_back():
     runner = _runner(stopping=False)
+    attrs: dict[tuple[int, str], str] = {}
+    storage = SimpleNamespace(set_trial_system_attr=lambda t, k, v: attrs.update({(t, k): v}))
     with pytest.raises(JobCancelled):
-        runner(SimpleNamespace(number=7))  # type: ignore[arg-type]
+        runner(SimpleNamespace(number=7, _trial_id=70, storage=storage))  # type: ignore[arg-type]
     assert runner.interrupted == []  # the user cancelled: nothing runs again
+    assert attrs == {(70, NOT_RUN_ATTR): "its job had ended or was cancelled first"}

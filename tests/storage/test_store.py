@@ -30,7 +30,6 @@ def test_every_public_method_says_whether_it_retries():
     # the plumbing, the job-and-study pairs, and what answers a request or scrape at once
     assert once == {
         "session",
-        "ensure_schema",
         "create_job",
         "delete_job",
         "create_token",

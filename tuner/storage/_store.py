@@ -13,14 +13,14 @@ transaction, so trying again is safe) or ``no_retry`` (its docstring or comment 
 from __future__ import annotations
 
 import re
-import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import optuna
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from tuner.space import SearchSpace
@@ -86,7 +86,7 @@ class Store(
         with session_scope(self.url) as s:
             yield s
 
-    @no_retry  # a migration runs once, under its own lock
+    @retry_db  # the check reads; a migration is one transaction (PostgreSQL) under its lock
     def ensure_schema(self) -> None:
         ensure_schema(self.url)
 
@@ -134,7 +134,7 @@ class Store(
 
     # ------------------------------------------------------------------ jobs
 
-    @no_retry  # tried twice, a job and its study could be made twice
+    @no_retry  # each step retries, and each is safe to repeat (below)
     def create_job(
         self,
         space: SearchSpace,
@@ -143,28 +143,52 @@ class Store(
         space_yaml: str | None,
         n_trials: int,
     ) -> int:
-        """A queued job row and its Optuna study; nothing is kept half-way."""
+        """A queued job row and its Optuna study; nothing is kept half-way. Each step rides
+        out a database restart (bench/soak.py: a 503 on ``POST /api/jobs``): the row is
+        found again by this call's token, not made twice, and then named after its id; the
+        study is made once. The row stays hidden from workers until the API releases it
+        (``release_to_workers``), so a worker never claims a job between the steps."""
         self.ensure_schema()
-        with self.session() as s:
-            job = JobModel(
-                name=space.name,
-                study_name=f"pending-{time.time_ns()}",
-                state=JobState.QUEUED,
-                space=data,
-                space_yaml=space_yaml,
-                n_trials=n_trials,
-            )
-            s.add(job)
-            s.flush()
-            job.study_name = study_name_for(job.job_id)
-            job_id = job.job_id
+        token = f"pending-{uuid.uuid4().hex}"
+        job_id = self._insert_job(
+            token,
+            name=space.name,
+            state=JobState.QUEUED,
+            space=data,
+            space_yaml=space_yaml,
+            n_trials=n_trials,
+        )
         try:
+            self._name_study(job_id)
             storage = self.optuna_storage()
             self._create_study(storage, job_id, [o.resolved_direction for o in space.objectives])
         except BaseException:
             self.delete_job(job_id)
             raise
         return job_id
+
+    @retry_db
+    def _insert_job(self, token: str, **columns: Any) -> int:
+        """The job's row, or the one an earlier try of this call committed before its answer
+        was lost (found by ``token``, its provisional study name)."""
+        with self.session() as s:
+            found = s.scalar(select(JobModel.job_id).where(JobModel.study_name == token))
+            if found is not None:
+                return found
+            job = JobModel(study_name=token, **columns)
+            s.add(job)
+            s.flush()
+            return job.job_id
+
+    @retry_db
+    def _name_study(self, job_id: int) -> None:
+        with self.session() as s:
+            s.execute(
+                update(JobModel)
+                .where(JobModel.job_id == job_id)
+                .values(study_name=study_name_for(job_id))
+                .execution_options(synchronize_session=False)
+            )
 
     @retry_db
     def _create_study(
