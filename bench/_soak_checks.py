@@ -50,11 +50,7 @@ def _agreement(url: str, job_id: int) -> tuple[list[str], int, int, int]:
     rows = {r.number: r for r in Store(url).trials(job_id)}
     problems, not_told, not_run = [], 0, 0
     chains: dict[int, bool] = {}  # the first trial of a chain -> some member has an outcome
-    retried = {
-        int(t.system_attrs["failed_trial"])
-        for t in study.trials
-        if "failed_trial" in t.system_attrs
-    }
+    retried = {n for t in study.trials for n in _history(t)}  # a chain's lost runs
     job = Store(url).job(job_id)
     cancelled = job.state == "cancelled" or bool(job.cancel_requested)  # a user's cancel
     told = {  # trials whose stored result a retry told Optuna, with no launch

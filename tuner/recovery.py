@@ -1,5 +1,6 @@
 """What survives a dead worker: each running trial beats, and a trial whose worker is gone is
-failed (``interrupted``) and run once more by whichever worker takes the next slot.
+failed (``interrupted``) and run again (``MAX_RETRY`` times at most) by whichever worker
+takes the next slot.
 
 Apart from the objective (``tuner.trial``) as Optuna keeps ``_run_trial`` apart from the
 study: ``run_one`` is one trial as ``study.optimize`` runs it (ask, beat, tell), told with
@@ -39,7 +40,11 @@ __all__ = [
     "trial_heartbeat",
 ]
 
-MAX_RETRY = 1  # a lost trial runs once more; lost again, it stays failed and counts
+# Runs of a lost trial after the first: a worker's death is not the trial's fault, so one
+# retry lost again runs again. At the soak's fault rate (a kill or stall every ~20 s, trials
+# of ~1 s) a retry is lost again about twice an hour, and with one retry that trial was lost;
+# a configuration that takes its worker down every time stops after three.
+MAX_RETRY = 3
 # Optuna system attribute of a trial the job did not run, saying why: a retry after the
 # search closed, or a helper's trial asked after the job ended.
 NOT_RUN_ATTR = "spectune_not_run"
@@ -90,7 +95,7 @@ def trial_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iter
 
 class Recovery:
     """What becomes of a trial whose worker is gone: failed (``interrupted``) and, when it
-    has no stored result, run once more by whichever worker takes the next slot. Its slot
+    has no stored result, run again by whichever worker takes the next slot. Its slot
     goes back to the budget, so a crash costs time, never a trial; a stored result is never
     measured twice.
 
@@ -236,7 +241,7 @@ class Recovery:
             if t.state != fail or t.number in retried or t.number in self._settled:
                 continue
             if len(t.system_attrs.get("retry_history") or []) >= MAX_RETRY:
-                self._settled.add(t.number)  # a retry lost again: it stays failed and counts
+                self._settled.add(t.number)  # lost at every run: it stays failed and counts
                 continue
             outcome = store.trial_outcome(job_id, t.number)
             state, reason = outcome if outcome is not None else (None, None)

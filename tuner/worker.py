@@ -17,7 +17,7 @@ is handed to one worker by Optuna. The owner seeds the study, confirms the front
 job; the helpers only run trials.
 
 What survives a crash: each running trial beats in Optuna's heartbeat table; a trial silent
-for ``stale_after_s`` is failed by any worker and run once more (its slot goes back). A dead
+for ``stale_after_s`` is failed by any worker and run again (its slot goes back). A dead
 owner stops the job's heartbeat; after ``stale_after_s`` any worker re-claims the job and
 resumes it. The engine of a worker killed with ``kill -9`` is stopped by any worker on that
 host (pid files under ``work_dir/run``): at start-up, while idle, and before each trial it

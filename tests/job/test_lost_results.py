@@ -18,8 +18,8 @@ from tests.job.test_shared_job import FAST, _run, _space
 from tuner.context import JobContext, JobControl
 from tuner.job import JobCancelled, _set_up, create_job, default_measurer, run_job
 from tuner.measure import load_all_prompts
-from tuner.recovery import NOT_RUN_ATTR, EndedJobSweep, Recovery
-from tuner.storage import JobModel, Store, utcnow
+from tuner.recovery import MAX_RETRY, NOT_RUN_ATTR, EndedJobSweep, Recovery, slots_used
+from tuner.storage import JobModel, Store, retried_number, utcnow
 from tuner.storage._db import session_scope
 from tuner.worker import Worker
 
@@ -335,3 +335,31 @@ def test_a_trial_asked_after_its_job_ended_is_failed_saying_it_never_ran(tmp_pat
     assert asked.system_attrs[NOT_RUN_ATTR] == "its job had ended or was cancelled first"
     assert {r.number for r in store.trials(job_id)} == rows  # no row: nothing ran
     assert runner.interrupted == []  # not put back for a retry either
+
+
+def test_a_retry_lost_again_runs_again_until_max_retry(tmp_path, db_url):
+    """A worker's death is not the trial's fault: a retry lost again is run again, up to
+    ``MAX_RETRY`` runs after the first (the soak lost about two retries an hour again, each
+    then a lost trial). The chain takes one slot; each retry names the run it repeats, so
+    none is retried twice, and a trial lost at every run stays failed."""
+    assert MAX_RETRY >= 2  # one retry: a retry lost again was a lost trial
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    storage = owner.storage
+    before = slots_used(study)
+    queued = {t.number for t in study.get_trials(states=(WAITING,))}  # the job's own
+    tid = storage.create_new_trial(storage.get_study_id_from_name(f"spectune-job-{job_id}"))
+    assert storage.set_trial_state_values(tid, FAIL)
+    chain = [storage.get_trial_number_from_id(tid)]
+    for _ in range(MAX_RETRY):
+        assert owner._retry(study, study.trials[chain[-1]], "its worker stopped", row=False)
+        assert not owner._retry(study, study.trials[chain[-1]], "again", row=False)  # once
+        (retry,) = [t for t in study.get_trials(states=(WAITING,)) if t.number not in queued]
+        assert retried_number(retry) == chain[-1]
+        assert owner._claim(retry) and storage.set_trial_state_values(retry._trial_id, FAIL)
+        chain.append(retry.number)
+    assert not owner._retry(study, study.trials[chain[-1]], "its worker stopped", row=False)
+    assert not owner.settle(study)  # nothing left unsettled, nothing queued
+    assert {t.number for t in study.get_trials(states=(WAITING,))} == queued
+    assert slots_used(study) == before + 1

@@ -180,13 +180,14 @@ _MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def retried_number(t: optuna.trial.FrozenTrial) -> int | None:
-    """The lost trial this one runs again, or None: Optuna's
-    ``RetryHeartbeatStaleTrialCallback`` names it, and its reader is experimental (a warning
-    per call), so every reader goes through here."""
+    """The lost trial this one runs again, or None: the last of the retry history Optuna's
+    ``RetryHeartbeatStaleTrialCallback`` keeps (its ``retried_trial_number`` names the first
+    of a chain, whatever retry was lost since). Its reader is experimental (a warning per
+    call), so every reader goes through here."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        number = RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
-    return number if isinstance(number, int) else None
+        history = RetryHeartbeatStaleTrialCallback.retry_history(t)
+    return history[-1] if history and isinstance(history[-1], int) else None
 
 
 _ROW_KEYS = (
