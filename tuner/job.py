@@ -71,7 +71,11 @@ def create_job(
     job_id = store.create_job(
         space, data, space_yaml=space_yaml, n_trials=n_trials or space.trials
     )
-    label_study(store.load_study(job_id), space)  # optuna-dashboard's names, from the start
+    try:
+        label_study(store.load_study(job_id), space)  # optuna-dashboard's names, from the start
+    except BaseException:
+        store.delete_job(job_id)  # nothing kept half-way, as the store makes the pair
+        raise
     return job_id
 
 

@@ -82,3 +82,26 @@ def test_a_schema_check_meeting_a_restart_is_tried_again(pg_url, tmp_path, monke
     store = Store(pg_url)
     job_id = create_job(store, _space(tmp_path))
     assert len(calls) == 2 and store.job(job_id).state == "queued"
+
+
+def test_a_study_labelled_during_a_restart_is_labelled_once_it_is_back(
+    pg_url, tmp_path, monkeypatch
+):
+    """``label_study`` names the objectives as the job is made: its writes were tried once,
+    so a restart then answered 503 and left a hidden job behind."""
+    from optuna.storages._rdb import models
+
+    attr = models.StudyUserAttributeModel
+    real, calls = attr.find_by_study_and_key, []
+
+    def down_once(study: Any, key: str, session: Any) -> Any:
+        calls.append(key)
+        if len(calls) == 1:
+            raise _lost()
+        return real(study, key, session)
+
+    monkeypatch.setattr(attr, "find_by_study_and_key", staticmethod(down_once))
+    store = Store(pg_url)
+    job_id = create_job(store, _space(tmp_path))
+    assert calls == ["spectune", "spectune"]
+    assert store.load_study(job_id).user_attrs["spectune"] == _space(tmp_path).name

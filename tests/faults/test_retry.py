@@ -59,13 +59,11 @@ def test_sqlite_waits_out_its_write_lock_only():
     assert db.calls == 1
 
 
-# Study-level calls a job makes once, before or after its trials, under its own retry;
-# the heartbeat's own methods (record_heartbeat keeps beating through errors by itself).
+# A study made or deleted once, under its caller's retry (``Store._create_study``); the
+# heartbeat's own methods (record_heartbeat keeps beating through errors by itself).
 _NOT_WRAPPED = {
     "create_new_study",
     "delete_study",
-    "set_study_user_attr",
-    "set_study_system_attr",
     "record_heartbeat",
     "get_heartbeat_interval",
     "get_heartbeat_stale_trial_callback",

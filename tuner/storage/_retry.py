@@ -150,6 +150,10 @@ class ResilientRDBStorage(RDBStorage):
     set_trial_user_attr = retry_db(RDBStorage.set_trial_user_attr)
     set_trial_system_attr = retry_db(RDBStorage.set_trial_system_attr)
     _get_stale_trial_ids = retry_db(RDBStorage._get_stale_trial_ids)
+    # A study's names and labels (``label_study`` as a job is made: a restart then was a 503
+    # on ``POST /api/jobs``); setting a key again is harmless.
+    set_study_user_attr = retry_db(RDBStorage.set_study_user_attr)
+    set_study_system_attr = retry_db(RDBStorage.set_study_system_attr)
 
     def set_trial_state_values(
         self, trial_id: int, state: optuna.trial.TrialState, values: Any = None
