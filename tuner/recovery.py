@@ -21,7 +21,8 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from tuner.context import JobContext
-from tuner.measure import TrialFailed
+from tuner.measure import Measured, TrialFailed, objective_values
+from tuner.space import SpaceError
 from tuner.states import TrialState
 from tuner.storage import (
     ResilientRDBStorage,
@@ -91,6 +92,22 @@ def trial_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iter
         done.set()
         if thread.is_alive():
             thread.join(timeout=10)
+
+
+def _tell(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    values: list[float] | None,
+    state: optuna.trial.TrialState | None,
+) -> None:
+    """``study.tell`` with ``skip_if_finished``, including a trial finished between Optuna's
+    check and its write (soak job 956: declared lost while its worker stalled, the tell
+    retried through a database restart found it failed and the job failed). The trial
+    stays as the other worker left it: its retry measures it, or tells a stored result."""
+    try:
+        study.tell(trial, values, state=state, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.warning("trial %s was finished elsewhere before its tell: left so", trial.number)
 
 
 class Recovery:
@@ -186,9 +203,9 @@ class Recovery:
         except TrialFailed:
             state = optuna.trial.TrialState.FAIL
         except BaseException:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            _tell(study, trial, None, optuna.trial.TrialState.FAIL)
             raise
-        study.tell(trial, values, state=state, skip_if_finished=True)
+        _tell(study, trial, values, state)
 
     def on_stale(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Optuna's ``heartbeat_stale_trial_callback``: the trial is already failed there."""
@@ -350,10 +367,31 @@ class EndedJobSweep:
             for t in storage.get_all_trials(
                 study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
             ):
+                state, values = self._stored(job_id, t.number) or (fail, None)
                 try:
-                    storage.set_trial_state_values(t._trial_id, fail)
+                    storage.set_trial_state_values(t._trial_id, state, values)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass  # its worker came back and ended it meanwhile
             self.store.fail_orphaned_trials(job_id, detail=_ENDED_WHILE_RUNNING)
             log.warning("job %s: trials left running after the job ended were failed", job_id)
         return jobs
+
+    def _stored(
+        self, job_id: int, number: int
+    ) -> tuple[optuna.trial.TrialState, list[float] | None] | None:
+        """Optuna's state and values for a trial whose worker stored its result and then
+        stopped before telling Optuna, after its job had ended (soak jobs 613 and 1018, both
+        cancelled: failing it left Optuna FAIL beside a stored result, and no retry runs in
+        an ended job). None: nothing stored, so it fails."""
+        outcome = self.store.trial_outcome(job_id, number)
+        if outcome is None or outcome[0] not in _STORED:
+            return None
+        if outcome[0] == TrialState.PRUNED:
+            return optuna.trial.TrialState.PRUNED, None
+        try:
+            space = self.store.space(job_id)
+            points = [dict(m.metrics) for m in self.store.trial(job_id, number).measurements]
+            values = objective_values(Measured(points).primary(space), space)
+        except (SpaceError, StopIteration, TrialFailed):
+            return None  # unreadable today: failed, and its row still says what it measured
+        return optuna.trial.TrialState.COMPLETE, values

@@ -159,6 +159,33 @@ def test_trials_left_running_in_an_ended_job_are_failed_by_an_idle_worker(tmp_pa
     assert sweep() == []  # nothing left
 
 
+def test_a_stored_result_left_running_in_an_ended_job_is_told_its_values(tmp_path, db_url):
+    """Soak jobs 613 and 1018 (cancelled): a helper stored its result, then stalled before
+    telling Optuna; the job ended, and the sweep failed the trial in Optuna beside a stored
+    result, with no retry to tell it (none runs in an ended job). The sweep now tells
+    Optuna the stored values; a trial with nothing stored still fails."""
+    store, ended = _run(tmp_path, db_url, trials=2)
+    storage = store.optuna_storage()
+    study_id = storage.get_study_id_from_name(f"spectune-job-{ended}")
+    tid = storage.create_new_trial(study_id)
+    stored = storage.get_trial_number_from_id(tid)
+    done = store.trial(ended, 0)
+    row = store.add_trial(
+        ended, stored, method=done.method, params=done.params, engine_config={}, engine_key="x"
+    )
+    points = [dict(m.metrics) for m in done.measurements]
+    assert store.store_results(row, points, {}, state="complete")
+    empty = _running_trial(store, ended)
+    with session_scope(db_url) as s:
+        s.get(JobModel, ended).finished_at = utcnow() - timedelta(seconds=60)
+    assert EndedJobSweep(store, grace_s=30, every_s=0)() == [ended]
+    trials = store.load_study(ended).trials
+    assert trials[stored].state == optuna.trial.TrialState.COMPLETE
+    assert trials[stored].values == trials[0].values  # the stored result's own values
+    assert store.trial(ended, stored).state == "complete"
+    assert trials[empty].state == FAIL and store.trial(ended, empty).state == "fail"
+
+
 def test_a_sweep_waits_its_interval():
     class Store_:
         url = "sqlite://"
@@ -363,3 +390,27 @@ def test_a_retry_lost_again_runs_again_until_max_retry(tmp_path, db_url):
     assert not owner.settle(study)  # nothing left unsettled, nothing queued
     assert {t.number for t in study.get_trials(states=(WAITING,))} == queued
     assert slots_used(study) == before + 1
+
+
+def test_a_tell_that_finds_its_trial_failed_meanwhile_does_not_fail_the_job(
+    tmp_path, db_url, monkeypatch
+):
+    """Soak job 956: the owner stalled mid-trial, a helper failed the trial as lost, and the
+    owner's tell (retried through a database restart) found it failed: Optuna's
+    ``skip_if_finished`` had read the trial running, the write was refused, and the job
+    failed. The trial stays failed (its retry measures it again, or tells a stored result)
+    and the job goes on."""
+    store, job_id = _run(tmp_path, db_url, trials=2)
+    owner = _recovery(store, job_id, owner=True)
+    study = store.load_study(job_id, storage=owner.storage)
+    elsewhere = store.optuna_storage()  # another worker's
+    write = owner.storage.set_trial_state_values
+
+    def failed_between_check_and_write(trial_id: int, state: Any, values: Any = None) -> bool:
+        if state != FAIL:
+            assert elsewhere.set_trial_state_values(trial_id, FAIL)
+        return write(trial_id, state, values)
+
+    monkeypatch.setattr(owner.storage, "set_trial_state_values", failed_between_check_and_write)
+    owner.run_one(study, lambda trial: list(study.trials[0].values))
+    assert store.load_study(job_id).get_trials()[-1].state == FAIL
