@@ -342,7 +342,8 @@ class EndedJobSweep:
     """Trials left running in jobs that have ended: a worker killed or stalled after its
     job's owner ended the job (a cancel, a failure) leaves its trial running in Optuna and
     in SpecTune, and no job loop sweeps an ended job. An idle worker fails them
-    (``interrupted``), at most once per ``every_s``: its first read is one query."""
+    (``interrupted``), or tells Optuna a result already stored, at most once per
+    ``every_s``: its first read is one query."""
 
     def __init__(self, store: Store, *, grace_s: float, every_s: float | None = None) -> None:
         self.store, self.grace_s = store, grace_s
