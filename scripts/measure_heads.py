@@ -1,10 +1,10 @@
 """Measure the tiny target's trained heads through the real vLLM CPU engine, for the model card.
 
-For each of the baseline, ``eagle`` (k), ``eagle3`` (k) and ``mtp`` (k=1, served from the
-MiMo checkpoint ``target-mtp``, whose own baseline is measured too): greedy acceptance, mean
-acceptance length, per-position acceptance, throughput, and whether greedy text matches the
-tiny target's baseline (speculation must not change it beyond numerics; the MiMo checkpoint
-carries the target's own weights, so its text must match as well).
+For each of the baseline, ``eagle`` (k), ``eagle3`` (k), ``medusa`` (k) and ``mtp`` (k=1,
+served from the MiMo checkpoint ``target-mtp``, whose own baseline is measured too): greedy
+acceptance, mean acceptance length, per-position acceptance, throughput, and whether greedy
+text matches the tiny target's baseline (speculation must not change it beyond numerics; the
+MiMo checkpoint carries the target's own weights, so its text must match as well).
 
     .venv/bin/python scripts/measure_heads.py [--models models/tiny] [--k 3]
 """
@@ -33,6 +33,11 @@ def runs(models: Path, k: int) -> list[tuple[str, Path, dict | None]]:
             f"eagle3_k{k}",
             models / "target",
             {"method": "eagle3", "model": str(models / "eagle3"), "num_speculative_tokens": k},
+        ),
+        (
+            f"medusa_k{k}",
+            models / "target",
+            {"method": "medusa", "model": str(models / "medusa"), "num_speculative_tokens": k},
         ),
         ("mtp_target_baseline", models / "target-mtp", None),
         ("mtp_k1", models / "target-mtp", {"method": "mtp", "num_speculative_tokens": 1}),

@@ -373,7 +373,11 @@ def offline_acceptance(kind, head, tgt, held, keep=None, n=16, seq=256) -> dict:
     return {k: round(v, 4) for k, v in out.items()}
 
 
-def train_head(kind, head, tgt, train_ids, *, steps, seq, bsz, lr, max_seconds, keep=None):
+def train_head(
+    kind, head, tgt, train_ids, *, steps, seq, bsz, lr, max_seconds, keep=None, loss_of=None
+):
+    """AdamW on ``head.p`` over random windows of seq + 1 tokens; ``loss_of(batch)`` replaces
+    the EAGLE-recipe loss (scripts/train_medusa.py)."""
     import torch
 
     params = list(head.p.values())
@@ -387,7 +391,7 @@ def train_head(kind, head, tgt, train_ids, *, steps, seq, bsz, lr, max_seconds, 
         x = torch.stack(
             [train_ids[s : s + seq + 1] for s in (rng.randrange(n) for _ in range(bsz))]
         )
-        loss, _ = head_losses(kind, head, tgt, x, keep)
+        loss = loss_of(x) if loss_of else head_losses(kind, head, tgt, x, keep)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -492,6 +496,45 @@ def check_forward(tgt: Target, model_dir: Path, ids) -> float:
     return (ref - mine).abs().max().item()
 
 
+def budget(args: argparse.Namespace) -> dict:
+    """The command line's training budget, as ``train_head`` takes it."""
+    return {
+        "steps": args.steps,
+        "seq": args.seq,
+        "bsz": args.batch,
+        "lr": args.lr,
+        "max_seconds": args.minutes * 60,
+    }
+
+
+def load_target_and_corpus(tdir: Path):
+    """The frozen target, the corpus's train and held-out token ids (the target's own split)
+    and the check of this script's forward against Hugging Face's (exits when they differ)."""
+    import torch
+    from tokenizers import Tokenizer
+
+    tgt = Target(tdir)
+    tok = Tokenizer.from_file(str(tdir / "tokenizer.json"))
+    root = Path(sysconfig.get_paths()["stdlib"])
+    train_files, held_files = split_files(corpus_files(), root)
+    eos = tok.token_to_id("<|endoftext|>")
+
+    def encode(paths):
+        out: list[int] = []
+        for enc in tok.encode_batch([t for t in (read_text(p) for p in paths) if t]):
+            out.extend(enc.ids)
+            out.append(eos)
+        return torch.tensor(out, dtype=torch.long)
+
+    train_ids, held_ids = encode(train_files), encode(held_files)
+    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)}", flush=True)
+    diff = check_forward(tgt, tdir, held_ids[:128][None])
+    print(f"functional forward vs Hugging Face: max |logit diff| {diff:.2e}", flush=True)
+    if diff > 1e-2:
+        raise SystemExit(f"this script's target forward disagrees with Hugging Face ({diff})")
+    return tgt, train_ids, held_ids, diff
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -508,32 +551,11 @@ def main() -> None:
 
     import torch
     from safetensors.torch import load_file
-    from tokenizers import Tokenizer
 
     torch.manual_seed(args.seed)
     t_start = time.time()
     tdir = args.models / "target"
-    tgt = Target(tdir)
-    tok = Tokenizer.from_file(str(tdir / "tokenizer.json"))
-    root = Path(sysconfig.get_paths()["stdlib"])
-    train_files, held_files = split_files(corpus_files(), root)
-    texts = [t for t in (read_text(p) for p in train_files) if t]
-    held_texts = [t for t in (read_text(p) for p in held_files) if t]
-    eos = tok.token_to_id("<|endoftext|>")
-
-    def encode(ts):
-        out = []
-        for enc in tok.encode_batch(ts):
-            out.extend(enc.ids)
-            out.append(eos)
-        return torch.tensor(out, dtype=torch.long)
-
-    train_ids, held_ids = encode(texts), encode(held_texts)
-    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)}", flush=True)
-    diff = check_forward(tgt, tdir, held_ids[:128][None])
-    print(f"functional forward vs Hugging Face: max |logit diff| {diff:.2e}", flush=True)
-    if diff > 1e-2:
-        raise SystemExit(f"this script's target forward disagrees with Hugging Face ({diff})")
+    tgt, train_ids, held_ids, diff = load_target_and_corpus(tdir)
 
     report_path = args.models / "heads_report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
@@ -548,18 +570,7 @@ def main() -> None:
             "mtp": lambda: MimoMtp(tgt),
         }[kind]()
         before = offline_acceptance(kind, head, tgt, held_ids, keep)
-        stats = train_head(
-            kind,
-            head,
-            tgt,
-            train_ids,
-            steps=args.steps,
-            seq=args.seq,
-            bsz=args.batch,
-            lr=args.lr,
-            max_seconds=args.minutes * 60,
-            keep=keep,
-        )
+        stats = train_head(kind, head, tgt, train_ids, **budget(args), keep=keep)
         after = offline_acceptance(kind, head, tgt, held_ids, keep)
         print(f"[{kind}] offline greedy acceptance before {before} after {after}", flush=True)
         entry = {

@@ -19,6 +19,7 @@ from tuner.workloads import Prompt
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = REPO / "tests" / "fake_openai_server.py"
+FAKE_SGLANG = REPO / "tests" / "fake_sglang_server.py"
 TINY = REPO / "models" / "tiny"
 
 
@@ -191,3 +192,18 @@ NGRAM_CPU_CONFIG = EngineConfig(
     enforce_eager=True,
     cpu_kvcache_gib=2,
 )
+
+
+def run_on_fake_sglang(db_url: str, tmp_path: Path, space: SearchSpace) -> list[dict]:
+    """Run a job against the FAKE SGLang server (SGLang needs CUDA): its trial records."""
+    from tuner.job import create_job, run_job
+    from tuner.storage import Store
+
+    job_id = create_job(Store(db_url), space)
+    run_job(
+        Store(db_url),
+        job_id,
+        work_dir=tmp_path / "w",
+        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
+    )
+    return trial_records(db_url, job_id)

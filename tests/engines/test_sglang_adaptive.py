@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, TINY, every_method_space, fake_measurers, trial_records
+from tests.helpers import (
+    REPO,
+    TINY,
+    every_method_space,
+    fake_measurers,
+    run_on_fake_sglang,
+    trial_records,
+)
 from tuner.candidates import engine_config
 from tuner.engines import (
     ADAPTIVE_STEPS,
@@ -32,8 +38,6 @@ from tuner.space import SearchSpace, SpaceError, loads_space
 from tuner.storage import Store
 from tuner.surface import grid_params, params_to_config
 
-FAKE_SGLANG = Path(__file__).resolve().parents[1] / "fake_sglang_server.py"
-
 
 def _space(adaptive: object, kind: str = "sglang", trials: int = 3):
     data = every_method_space(kind=kind, device="cuda", trials=trials).model_dump(mode="json")
@@ -47,14 +51,7 @@ def _space(adaptive: object, kind: str = "sglang", trials: int = 3):
 
 def _run_on_fake_sglang(db_url: str, tmp_path: Path, space: SearchSpace) -> dict[str, dict]:
     """Run the job against the FAKE SGLang server: its trial records by method."""
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=tmp_path / "w",
-        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
-    )
-    return {r["method"]: r for r in trial_records(db_url, job_id)}
+    return {r["method"]: r for r in run_on_fake_sglang(db_url, tmp_path, space)}
 
 
 def _spec(steps: list[int] | None = None, method: str = "eagle", k: int = 2) -> dict:

@@ -35,9 +35,12 @@ def _recovery(store: Store, job_id: int, *, owner: bool) -> Recovery:
     return Recovery(ctx)
 
 
-def _lost_after_storing(store: Store, job_id: int, *, stored: bool) -> int:
+def _lost_after_storing(
+    store: Store, job_id: int, *, stored: bool, failed_in_optuna: bool = True
+) -> int:
     """A trial whose worker added its row (and, with ``stored``, stored its result), then
-    stopped; Optuna failed it as stale and nothing queued its retry. Its number."""
+    stopped; Optuna failed it as stale (unless not ``failed_in_optuna``: left running) and
+    nothing queued its retry. Its number."""
     storage = store.optuna_storage()
     study_id = storage.get_study_id_from_name(f"spectune-job-{job_id}")
     tid = storage.create_new_trial(study_id)
@@ -49,7 +52,8 @@ def _lost_after_storing(store: Store, job_id: int, *, stored: bool) -> int:
     if stored:
         points = [dict(m.metrics) for m in done.measurements]
         assert store.store_results(row, points, {}, state="complete")
-    assert storage.set_trial_state_values(tid, FAIL)  # Optuna's stale check, callback not run
+    if failed_in_optuna:  # Optuna's stale check, callback not run
+        assert storage.set_trial_state_values(tid, FAIL)
     return number
 
 
@@ -165,16 +169,7 @@ def test_a_stored_result_left_running_in_an_ended_job_is_told_its_values(tmp_pat
     result, with no retry to tell it (none runs in an ended job). The sweep now tells
     Optuna the stored values; a trial with nothing stored still fails."""
     store, ended = _run(tmp_path, db_url, trials=2)
-    storage = store.optuna_storage()
-    study_id = storage.get_study_id_from_name(f"spectune-job-{ended}")
-    tid = storage.create_new_trial(study_id)
-    stored = storage.get_trial_number_from_id(tid)
-    done = store.trial(ended, 0)
-    row = store.add_trial(
-        ended, stored, method=done.method, params=done.params, engine_config={}, engine_key="x"
-    )
-    points = [dict(m.metrics) for m in done.measurements]
-    assert store.store_results(row, points, {}, state="complete")
+    stored = _lost_after_storing(store, ended, stored=True, failed_in_optuna=False)
     empty = _running_trial(store, ended)
     with session_scope(db_url) as s:
         s.get(JobModel, ended).finished_at = utcnow() - timedelta(seconds=60)

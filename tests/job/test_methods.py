@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, TINY, fake_measurers, trial_records
+from tests.helpers import (
+    FAKE_SGLANG,
+    REPO,
+    TINY,
+    fake_measurers,
+    run_on_fake_sglang,
+    trial_records,
+)
 from tests.helpers import every_method_space as _space
 from tuner import cli
 from tuner.candidates import engine_config
@@ -23,8 +30,6 @@ from tuner.preflight import PreflightError, preflight
 from tuner.space import SpaceError, loads_space
 from tuner.storage import Store
 from tuner.surface import grid_configs, grid_params, params_to_config
-
-FAKE_SGLANG = Path(__file__).resolve().parents[1] / "fake_sglang_server.py"
 
 
 def test_committed_heads_pass_preflight_and_a_wrong_pairing_is_refused():
@@ -136,14 +141,7 @@ def test_sglang_backend_launches_with_a_consistent_triple_and_reads_its_gauges(d
     data["methods"].pop("mtp")
     data["start_with"] = [s for s in data["start_with"] if s["method"] != "mtp"]
     space = loads_space(json.dumps(data), base_dir=REPO)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=tmp_path / "w",
-        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
-    )
-    recs = {r["number"]: r for r in trial_records(db_url, job_id)}
+    recs = {r["number"]: r for r in run_on_fake_sglang(db_url, tmp_path, space)}
     assert [recs[n]["state"] for n in range(3)] == ["complete"] * 3
     for n in (1, 2):  # eagle and eagle3 at depth 3
         assert recs[n]["acceptance_rate"] is not None and recs[n]["acceptance_rate"] > 0

@@ -113,3 +113,14 @@ def test_enough_measured_errors_replace_the_a_priori_band():
     assert Calibration(0.08, 3).band(0.2) == pytest.approx(0.08 / 0.6745)
     assert Calibration(0.01, 5).band(0.2) == pytest.approx(0.1)
     assert Calibration().band(0.2) == pytest.approx(0.2)
+
+
+def test_a_medusa_checkpoint_costs_one_head_a_drafted_token(tmp_path):
+    """Each Medusa head drafts one token: its share is one head's block and lm_head over
+    the target's parameters, not the whole checkpoint read as a transformer layer stack."""
+    from tests.helpers import TINY
+    from tuner.search._step_cost import _params
+
+    got = _params(str(TINY / "medusa"))
+    assert got == 256 * 256 + 4096 * 256  # one block (1 layer) and one lm_head
+    assert got / _params(str(TINY / "target")) < 0.25  # read as a layer stack: 0.40

@@ -17,7 +17,7 @@ methods: {ngram: {}}
 
 def test_preset_loads_and_resolves_paths_against_its_folder():
     space = load_space(REPO / "search_spaces" / "tiny-cpu-all-methods.yaml")
-    assert space.methods.enabled() == ["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
+    assert " ".join(space.methods.enabled()) == "ngram draft_model eagle eagle3 mtp suffix medusa"
     assert space.resolve(space.engine.model) == str(REPO / "models" / "tiny" / "target")
     # Every checkpoint the preset names is committed.
     for path in (
@@ -25,6 +25,7 @@ def test_preset_loads_and_resolves_paths_against_its_folder():
         space.methods.eagle3.heads[0],
         space.methods.mtp.model,
         space.methods.draft_model.drafts[0],
+        space.methods.medusa.heads[0],
     ):
         assert (Path(space.resolve(path)) / "model.safetensors").is_file()
     assert space.primary_concurrency == 1  # objective_concurrency

@@ -39,7 +39,7 @@ def test_grid_of_the_tiny_cpu_space_is_every_distinct_engine():
     assert len(keys) == len(configs)  # no engine twice
     by_method = {
         m: sum(c["method"] == m for c in configs)
-        for m in ("none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
+        for m in ("none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa")
     }
     # 2 batch sizes x 1 memory fraction; ngram: 4 depths x 4 lookup windows; the baseline on
     # the target and on the MTP checkpoint (another target).
@@ -51,6 +51,7 @@ def test_grid_of_the_tiny_cpu_space_is_every_distinct_engine():
         "eagle3": 4 * 2,
         "mtp": 1 * 2,
         "suffix": 8 * 2,  # per-request trees only (max_cached_requests [0], the default)
+        "medusa": 4 * 2,
     }
     assert all(
         c["prompt_lookup_min"] <= c["prompt_lookup_max"] for c in configs if c["method"] == "ngram"

@@ -1,4 +1,4 @@
-"""EAGLE, EAGLE-3 and MTP heads' greedy guesses along the baseline's sequences.
+"""EAGLE, EAGLE-3, MTP and Medusa heads' greedy guesses along the baseline's sequences.
 
 Why this prices a head as vLLM runs it: vLLM's proposer first runs the head over the
 verified positions with the target's hidden states (so the head's KV cache for the context
@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from tuner.offline._graphs import Head, HeadUnsupported, load_head
+from tuner.offline._medusa import MedusaHeads
 from tuner.offline._model import load_causal_lm
 from tuner.offline._rounds import TokenSequence
 
 __all__ = ["HEAD_METHODS", "HeadGuesses", "head_guesses"]
 
-HEAD_METHODS = ("eagle", "eagle3", "mtp")
+HEAD_METHODS = ("eagle", "eagle3", "mtp", "medusa")
 _SCORES = 1 << 24  # attention scores held at once (rounds x heads x context)
 
 
@@ -156,11 +157,15 @@ def head_guesses(
     # A target transformers cannot build or find, or without the layers the heads read.
     except (OSError, ValueError, RuntimeError, KeyError, ImportError) as e:
         return {}, {k: f"target {target} did not load for the heads ({e})" for k in heads}
-    loaded: dict[str, Head] = {}
+    loaded: dict[str, Head | MedusaHeads] = {}
     for key, (method, path) in heads.items():
         try:
             with torch.inference_mode():
-                loaded[key] = load_head(method, path, tgt.embed, tgt.lm_head, tgt.num_layers)
+                loaded[key] = (
+                    MedusaHeads(path)
+                    if method == "medusa"
+                    else load_head(method, path, tgt.embed, tgt.lm_head, tgt.num_layers)
+                )
         except HeadUnsupported as e:
             reasons[key] = f"{method} head {path}: not mirrored offline: {e}"
         except (OSError, RuntimeError, ValueError) as e:
@@ -173,9 +178,12 @@ def head_guesses(
             for key, head in list(loaded.items()):
                 first = len(s.prompt) - 1
                 try:
-                    rows[key].append(
-                        _guesses(head, s.tokens, feats[head.feature], depth, first, device)
-                    )
+                    if isinstance(head, MedusaHeads):
+                        rows[key].append(head.guesses(feats[head.feature][0, :-1], depth).cpu())
+                    else:
+                        rows[key].append(
+                            _guesses(head, s.tokens, feats[head.feature], depth, first, device)
+                        )
                 # Shapes that do not fit the target (a head of another model): unpriced.
                 except (RuntimeError, IndexError) as e:
                     method, path = heads[key]

@@ -82,12 +82,14 @@ def _size_ratio(space: SearchSpace, c: dict[str, Any]) -> float | None:
 @functools.lru_cache(maxsize=64)
 def _params(model: str) -> float:
     """A model's parameter count from its config.json (read once per model: the guide asks
-    on every proposal)."""
+    on every proposal); for Medusa heads, one head's, since each drafts one token."""
     view = local_view(model)
     if view is None:
         raise OSError(f"{model} is not on this machine")
     cfg = json.loads((view / "config.json").read_text())
     h, n = cfg["hidden_size"], cfg.get("num_hidden_layers", 1)
+    if cfg.get("model_type") == "medusa":  # a drafted token costs one head: blocks, lm_head
+        return n * h * h + cfg.get("vocab_size", 0) * h
     inter = cfg.get("intermediate_size", 4 * h)
     return n * (4 * h * h + 3 * h * inter) + cfg.get("vocab_size", 0) * h
 
