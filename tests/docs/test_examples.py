@@ -66,6 +66,7 @@ NOT_RUN = {
         ".venv/bin/python bench/sampled_traffic.py",
         ".venv/bin/python bench/queueing.py",
         ".venv/bin/spectune run search_spaces/tiny-cpu-suffix.yaml",
+        ".venv/bin/spectune run search_spaces/tiny-cpu-medusa.yaml",
         ".venv/bin/python bench/workers_speedup.py",
         ".venv/bin/python bench/watch_demo.py",
     ],
