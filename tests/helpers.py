@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from tuner.api import ServiceSettings
 from tuner.context import JobContext, MeasurerFactory
@@ -194,16 +195,25 @@ NGRAM_CPU_CONFIG = EngineConfig(
 )
 
 
-def run_on_fake_sglang(db_url: str, tmp_path: Path, space: SearchSpace) -> list[dict]:
-    """Run a job against the FAKE SGLang server (SGLang needs CUDA): its trial records."""
+def run_fake_job(
+    db_url: str,
+    space: SearchSpace,
+    work_dir: Path,
+    launcher: list[str] | None = None,
+    **run: Any,
+) -> int:
+    """Create a job for ``space`` and run it to its end on the FAKE engine ``launcher``
+    (``fake_measurers``' default unless told); ``run``: more of ``run_job``'s keywords.
+    Returns the job's id."""
     from tuner.job import create_job, run_job
     from tuner.storage import Store
 
     job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=tmp_path / "w",
-        measurers=fake_measurers([sys.executable, str(FAKE_SGLANG)]),
-    )
-    return trial_records(db_url, job_id)
+    run_job(Store(db_url), job_id, work_dir=work_dir, measurers=fake_measurers(launcher), **run)
+    return job_id
+
+
+def run_on_fake_sglang(db_url: str, tmp_path: Path, space: SearchSpace) -> list[dict]:
+    """Run a job against the FAKE SGLang server (SGLang needs CUDA): its trial records."""
+    launcher = [sys.executable, str(FAKE_SGLANG)]
+    return trial_records(db_url, run_fake_job(db_url, space, tmp_path / "w", launcher))

@@ -149,7 +149,7 @@ def test_resume_finishes_an_interrupted_run(tmp_path, capsys, monkeypatch):
     after = json.loads(_out(capsys, ["trials", "1", "--json", "--db", db]))
     # The budget is a cap counting the trials before the interruption: the resumed search
     # went on from them and stopped by itself or at the cap, and says which.
-    assert len(before) < len(after) <= 6
+    assert len(before) < len(after)
     stopped = rep["stop_reason"]
     assert stopped.startswith("nothing left can win") or stopped.startswith(
         "trial budget spent: 6 of 6"
@@ -157,6 +157,9 @@ def test_resume_finishes_an_interrupted_run(tmp_path, capsys, monkeypatch):
     assert {t["number"]: t["params"] for t in after if t["number"] in first} == first
     job = json.loads(_out(capsys, ["jobs", "--json", "--db", db]))[0]
     assert job["state"] == "succeeded"
+    # ...counting launches: the interrupted trial's stored result may come back as a row of
+    # its own (Optuna's retry, told what was stored), which launches nothing.
+    assert job["engine_launches"] <= 6 and job["trials_done"] == len(after)
     # Nothing left to resume; an unknown job is bad input.
     assert cli.main(["resume", "1", *work]) == 2
     assert cli.main(["resume", "9", *work]) == 2

@@ -16,7 +16,7 @@ from tests.helpers import (
     REPO,
     TINY,
     every_method_space,
-    fake_measurers,
+    run_fake_job,
     run_on_fake_sglang,
     trial_records,
 )
@@ -31,11 +31,9 @@ from tuner.engines import (
     sglang_adaptive_config,
     sglang_spec_flags,
 )
-from tuner.job import create_job, run_job
 from tuner.methods import METHODS, params_text
 from tuner.offline import price_proposers
 from tuner.space import SearchSpace, SpaceError, loads_space
-from tuner.storage import Store
 from tuner.surface import grid_params, params_to_config
 
 
@@ -152,10 +150,7 @@ def test_an_adaptive_proposer_is_not_priced_offline():
 
 def test_a_vllm_job_fails_the_adaptive_trial_before_launching_it(db_url, fake_launcher, tmp_path):
     space = _space([[1, 3]], kind="vllm", trials=2)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, tmp_path / "w", fake_launcher)
     recs = {r["number"]: r for r in trial_records(db_url, job_id)}
     eagle = next(r for r in recs.values() if r["method"] == "eagle")
     assert eagle["state"] == "fail" and eagle["fail_reason"] == "invalid_config"

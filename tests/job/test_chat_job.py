@@ -5,8 +5,7 @@ token sequences (what offline pricing reads) taken from the chat endpoint."""
 
 from __future__ import annotations
 
-from tests.helpers import fake_measurers
-from tuner.job import create_job, run_job
+from tests.helpers import run_fake_job
 from tuner.space import loads_space
 from tuner.storage import Store, TrialModel
 
@@ -30,10 +29,7 @@ trials: 2
 
 def test_chat_and_raw_workloads_measured_apart(space_dir, db_url, fake_launcher):
     space = loads_space(SPACE, base_dir=space_dir)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, space_dir / "w", fake_launcher)
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).order_by(TrialModel.number).all()
         assert [r.state for r in rows] == ["complete", "complete"]

@@ -7,12 +7,13 @@ path against real vLLM.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
 
 from tests.fake_space import SPACE, _space
-from tests.helpers import TINY, fake_measurers
+from tests.helpers import TINY, fake_measurers, run_fake_job
 from tuner import cli
 from tuner.explain import explain
 from tuner.job import WorkerContext, create_job, run_job
@@ -24,9 +25,8 @@ from tuner.storage import JobModel, Store, TrialModel
 def test_front_is_optunas_feasible_front(space_dir, db_url, fake_launcher):
     """Before confirmation re-measures anything, our front (re-evaluable for any SLO) is the
     one Optuna's best_trials gives, less repeats of an already measured configuration."""
-    job_id = create_job(Store(db_url), _space(space_dir, trials=6, confirm=0))
-    run_job(
-        Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(fake_launcher)
+    job_id = run_fake_job(
+        db_url, _space(space_dir, trials=6, confirm=0), space_dir / "w", fake_launcher
     )
     study = optuna.load_study(study_name=f"spectune-job-{job_id}", storage=db_url)
     with Store(db_url).session() as s:
@@ -133,10 +133,7 @@ def test_job_end_to_end_with_fake_engine(space_dir, db_url, fake_launcher, capsy
 
 def test_preflight_refuses_mismatched_vocab_without_launch(space_dir, db_url, fake_launcher):
     space = _space(space_dir, drafts="bad_vocab", trials=6)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=space_dir / "work", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, space_dir / "work", fake_launcher)
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id, method="draft_model").all()
         assert rows, "seed 3 should sample draft_model at least once in 6 trials"
@@ -154,15 +151,7 @@ def test_failed_start_is_a_failed_trial_and_study_goes_on(space_dir, db_url, tmp
     crash = tmp_path / "crash.py"
     crash.write_text("import sys\nprint('out of memory', flush=True)\nsys.exit(1)\n")
     space = _space(space_dir, trials=3)
-    job_id = create_job(Store(db_url), space)
-    import sys
-
-    run_job(
-        Store(db_url),
-        job_id,
-        work_dir=space_dir / "work",
-        measurers=fake_measurers([sys.executable, str(crash)]),
-    )
+    job_id = run_fake_job(db_url, space, space_dir / "work", [sys.executable, str(crash)])
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).all()
         assert len(rows) == 3
@@ -176,10 +165,7 @@ def test_tight_slo_makes_points_infeasible_and_re_evaluation_relaxes_it(
     space_dir, db_url, fake_launcher
 ):
     space = _space(space_dir, slo=0.0001, trials=3)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=space_dir / "work", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, space_dir / "work", fake_launcher)
     rep = job_report(Store(db_url), job_id)
     assert rep.points and not rep.front and rep.winner is None
     assert all("p99_tpot_ms" in p.violations[0] for p in rep.points)
@@ -322,9 +308,8 @@ memory_fraction: [0.01]
 concurrency: [1]
 trials: 2
 """
-    job_id = create_job(Store(db_url), loads_space(text, base_dir=tmp_path))
-    run_job(
-        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
+    job_id = run_fake_job(
+        db_url, loads_space(text, base_dir=tmp_path), tmp_path / "w", fake_launcher
     )
     with Store(db_url).session() as s:
         rows = s.query(TrialModel).filter_by(job_id=job_id).all()

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.faults.faultkit import HERE as FAULTS
-from tests.helpers import fake_measurers
+from tests.helpers import run_fake_job
 from tests.hf_cache import TINY, TINY_IDS, build_hf_cache
 from tuner import cli
 from tuner.engines import EXPORT_FORMAT_NAMES
 from tuner.hub import HubError
-from tuner.job import create_job, run_job
 from tuner.measure import _hub
 from tuner.space import loads_space
 from tuner.storage import Store
@@ -52,10 +51,11 @@ def _rows(db_url: str, job_id: int):
 
 
 def test_the_fake_engine_is_launched_with_the_hub_id_as_written(hf_cache, tmp_path, db_url):
-    job_id = create_job(Store(db_url), _space(tmp_path))
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers())
+    job_id = run_fake_job(db_url, _space(tmp_path), tmp_path / "w")
     rows = _rows(db_url, job_id)
-    assert [r.state for r in rows.values()] == ["complete"] * 3
+    # the baseline and the draft (start_with); a third launch only if the fake's timing,
+    # which load moves, leaves something that can still win: not what this test is about
+    assert len(rows) >= 2 and {r.state for r in rows.values()} == {"complete"}
     for r in rows.values():
         argv = Path(r.log_path).read_text().splitlines()[0]
         assert "--model spectune/tiny-target " in argv
@@ -67,8 +67,7 @@ def test_the_fake_engine_is_launched_with_the_hub_id_as_written(hf_cache, tmp_pa
 
 def test_not_cached_offline_is_launched_and_noted_on_the_trial(empty_hf_cache, tmp_path, db_url):
     """The FAKE engine loads nothing, so it starts; vLLM would fail at its launch."""
-    job_id = create_job(Store(db_url), _space(tmp_path, trials=2, pricing="false"))
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers())
+    job_id = run_fake_job(db_url, _space(tmp_path, trials=2, pricing="false"), tmp_path / "w")
     base = _rows(db_url, job_id)[0]
     assert base.state == "complete"
     assert base.search["preflight"][0] == (
@@ -127,8 +126,7 @@ def test_hf_token_is_never_stored_logged_or_exported(
     space = _space(tmp_path, more=more, start=start, trials=4, pricing="false")
     dump = tmp_path / "engine-env.json"
     launcher = [sys.executable, str(FAULTS / "env_engine.py"), "--dump-env", str(dump)]
-    job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(launcher))
+    job_id = run_fake_job(db_url, space, tmp_path / "w", launcher)
     rows = _rows(db_url, job_id)
     # fetched before the first launch: the target and the draft; the head failed
     assert downloads[:3] == ["spectune/gone", "spectune/tiny-target", "spectune/tiny-draft"]

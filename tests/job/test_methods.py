@@ -15,7 +15,7 @@ from tests.helpers import (
     FAKE_SGLANG,
     REPO,
     TINY,
-    fake_measurers,
+    run_fake_job,
     run_on_fake_sglang,
     trial_records,
 )
@@ -24,7 +24,6 @@ from tuner import cli
 from tuner.candidates import engine_config
 from tuner.cli._render import other_target_text
 from tuner.engines import EngineConfig, SGLangProbe, parse_sglang_spec_gauges, sglang_spec_stats
-from tuner.job import create_job, run_job
 from tuner.pareto import job_report
 from tuner.preflight import PreflightError, preflight
 from tuner.space import SpaceError, loads_space
@@ -75,10 +74,7 @@ def test_job_runs_every_method_and_reports_mtp_against_its_own_baseline(
     db_url, fake_launcher, tmp_path, capsys
 ):
     space = _space(trials=5)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, tmp_path / "w", fake_launcher)
     recs = {r["number"]: r for r in trial_records(db_url, job_id)}
     assert [recs[n]["method"] for n in range(5)] == ["none", "none", "eagle", "eagle3", "mtp"]
     assert recs[1]["params"]["target"] == f"{TINY}/target-mtp"
@@ -219,10 +215,7 @@ def test_hosted_endpoints_are_measured_as_reference_rows_and_the_key_is_not_stor
         },
     ]
     space = loads_space(json.dumps(data), base_dir=REPO)
-    job_id = create_job(Store(db_url), space)
-    run_job(
-        Store(db_url), job_id, work_dir=tmp_path / "w", measurers=fake_measurers(fake_launcher)
-    )
+    job_id = run_fake_job(db_url, space, tmp_path / "w", fake_launcher)
     rep = job_report(Store(db_url), job_id)
     refs = {r.name: r for r in rep.references}
     ok = refs["provider"]

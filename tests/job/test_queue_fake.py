@@ -7,8 +7,7 @@ each batch class gets its own baseline.
 
 from __future__ import annotations
 
-from tests.helpers import fake_measurers
-from tuner.job import create_job, run_job
+from tests.helpers import run_fake_job
 from tuner.pareto import job_report
 from tuner.space import loads_space
 from tuner.storage import Store
@@ -33,9 +32,10 @@ seed: 3
 
 def test_a_batch_below_the_concurrency_queues_on_the_fake(space_dir, db_url, fake_launcher):
     store = Store(db_url)
-    job_id = create_job(store, loads_space(SPACE, base_dir=space_dir))
     launcher = [*fake_launcher, "--fake-token-ms", "4"]
-    run_job(store, job_id, work_dir=space_dir / "w", measurers=fake_measurers(launcher))
+    job_id = run_fake_job(
+        db_url, loads_space(SPACE, base_dir=space_dir), space_dir / "w", launcher
+    )
     rows = [r for r in store.trials(job_id) if r.reused_from is None and r.state == "complete"]
     base = {r.params["max_num_seqs"]: r for r in rows if r.params["method"] == "none"}
     assert set(base) == {2, 4}, [(r.params, (r.search or {}).get("by")) for r in rows]

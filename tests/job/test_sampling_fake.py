@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 
 from tests.fake_space import SPACE
-from tests.helpers import fake_measurers
+from tests.helpers import run_fake_job
 from tuner import cli
-from tuner.job import create_job, run_job
 from tuner.pareto import job_report
 from tuner.space import loads_space
 from tuner.storage import Store, TrialModel
@@ -33,8 +32,7 @@ def _space_text() -> str:
 
 def _run(space_dir, db_url, launcher) -> int:
     space = loads_space(_space_text(), base_dir=space_dir)
-    job_id = create_job(Store(db_url), space)
-    run_job(Store(db_url), job_id, work_dir=space_dir / "w", measurers=fake_measurers(launcher))
+    job_id = run_fake_job(db_url, space, space_dir / "w", launcher)
     return job_id
 
 

@@ -12,9 +12,10 @@ import pytest
 
 from tuner.search import Candidate, Outlook
 from tuner.search._depth import DepthPoint, predict_depth
-from tuner.search._layout import calibration
+from tuner.search._layout import Proposal, calibration
 from tuner.search._offline import StepCost
 from tuner.search._stop import _with_gain
+from tuner.search._strategy import _within
 from tuner.stats import expected_gain
 from tuner.storage import TrialState
 
@@ -69,6 +70,47 @@ def test_near_ties_are_named_in_the_reason_and_do_not_keep_the_search_open():
         "prompt_lookup_max=3 predicted 99), below the 1 % worth a launch; the rest cannot "
         "reach it"
     )
+
+
+def _look(*hopeful: Candidate, unknown: tuple[Candidate, ...] = ()) -> Outlook:
+    return Outlook(
+        "output_tok_per_s", True, 3, 100.0, "one launch", 5, hopeful, unknown, 130.0,
+        min_gain=0.01,
+    )  # fmt: skip
+
+
+def test_the_next_launch_is_the_largest_expected_gain_not_the_best_centre():
+    """EGO's acquisition is the expected improvement its stop rule reads: a near tie
+    predicted 104 with a narrow band (to 106) expects less beyond +3 % than a rival predicted
+    101 whose band reaches 125, so the rival is launched, though the guide ranks the near tie
+    first on its centre (the linear and tiny surfaces' whole jobs: 10 and 7 launches by
+    centre, 9 and 6 by gain). Without a priced gain, the best optimism leads as before."""
+    tie = {**NGRAM, "num_speculative_tokens": 2}
+    rival = {**NGRAM, "num_speculative_tokens": 6}
+    c_tie = _with_gain(Candidate(tie, 104.0, 106.0, "offline"), 100.0, 0.0, 0.03, True)
+    c_rival = _with_gain(Candidate(rival, 101.0, 125.0, "offline"), 100.0, 0.0, 0.03, True)
+    assert float(c_rival.gain or 0) > float(c_tie.gain or 0) >= 0.0
+    look = _look(c_tie, c_rival)
+    assert look.best == c_rival
+    guide = Proposal(tie, "guide: depth", "the best unlaunched depth")
+    got = _within(guide, look)
+    assert got is not None and got.params == rival and got.by == "guide: can win"
+    assert "expected gain" in got.why
+    # the guide's pick stands when it is the best by gain, or a launch nothing can price
+    assert _within(Proposal(rival, "guide: depth", "x"), look) == Proposal(
+        rival, "guide: depth", "x"
+    )
+    scan = Candidate({"method": "eagle", "num_speculative_tokens": 4}, None, None, "no prediction")
+    look2 = _look(c_tie, c_rival, unknown=(scan,))
+    scan_prop = Proposal(dict(scan.params), "guide: scan", "never launched")
+    assert _within(scan_prop, look2) == scan_prop
+    # without gains (no winner priced): the best optimism
+    assert (
+        _look(
+            Candidate(tie, 104.0, 106.0, "offline"), Candidate(rival, 101.0, 125.0, "offline")
+        ).best.params
+        == rival
+    )  # noqa: E501
 
 
 def _depth(trial: int, k: int, step: float, tok_s: float) -> DepthPoint:

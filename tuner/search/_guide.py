@@ -23,7 +23,10 @@ launches go where the predictions say the objective can still improve:
    left there, each other batch class (one that queues requests at some level) gets the
    baseline and the incumbent's configuration, one launch each, so speculation is always
    compared with the same target without it at the same running batch;
-5. when none is left the guide is silent and Optuna's sampler proposes (its proposals
+5. once the job has a winner, its outlook (``_stop``) picks among the priced depths that
+   are still worth a launch the one with the largest expected gain, which may differ from
+   the guide's best centre; a scan or another batch class's launch stands as proposed;
+6. when none is left the guide is silent and Optuna's sampler proposes (its proposals
    are still collapsed into classes, so a repeat costs no launch).
 
 A prediction is stored with the trial it launched and shown with its error once measured;

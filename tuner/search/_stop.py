@@ -23,7 +23,8 @@ improvement beyond ``stop_margin`` over the winner (log-normal, the prediction's
 winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). A near tie, whose
 band reaches the bound but whose expected gain is below that, is named in the reason
 ("near ties") and not launched: a launch of it would most likely measure a tie the
-job could not tell apart from the winner. A
+job could not tell apart from the winner. Among what is worth a launch, the one with the
+largest expected gain is launched next (``Outlook.best``, EGO's acquisition). A
 proposer nothing can price yet (not priced offline, never launched: an unpriced method, a
 sampled workload, another target's checkpoint) and another batch class's baseline and winner
 (``_batches``) are unknown: one launch would tell, so the search goes on. When neither kind is
@@ -98,9 +99,16 @@ class Outlook:
 
     @property
     def best(self) -> Candidate | None:
-        """The hopeful candidate with the best optimistic value."""
+        """The hopeful candidate with the largest expected gain (EGO's acquisition, the
+        same expected improvement the stop rule reads); by optimistic value where no gain
+        was priced (no winner yet, or ``stop_min_gain`` 0)."""
         sign = 1.0 if self.maximize else -1.0
-        ranked = sorted(self.hopeful, key=lambda c: -sign * float(c.optimistic or 0.0))
+
+        def rank(c: Candidate) -> tuple[int, float, float]:
+            g = c.gain
+            return (g is None, -(g or 0.0), -sign * float(c.optimistic or 0.0))
+
+        ranked = sorted(self.hopeful, key=rank)
         return ranked[0] if ranked else None
 
     @property

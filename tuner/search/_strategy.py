@@ -277,16 +277,26 @@ class SearchStrategy:
 
 
 def _within(prop: Proposal | None, look: Outlook) -> Proposal | None:
-    """``prop`` when the outlook says it can still win; else the outlook's best hopeful
-    configuration, else one nothing prices yet, else None (the search is over)."""
-    allowed = {config_key(c.params) for c in look.hopeful + look.unknown}
-    if prop is not None and config_key(prop.params) in allowed:
-        return prop
+    """What to launch among what can still win: ``prop`` when it is a launch nothing can
+    price yet (a scan, another batch class); else the priced configuration with the largest
+    expected gain over the winner (``Outlook.best``: the guide's best central prediction
+    may be a near tie whose band is narrow, while a rival's wider band holds more gain),
+    else ``prop`` when the outlook allows it, else one nothing prices yet, else None."""
     best = look.best
+    if prop is not None:
+        key = config_key(prop.params)
+        if key in {config_key(c.params) for c in look.unknown}:
+            return prop
+        by_gain = best is not None and best.gain is not None
+        if key in {config_key(c.params) for c in look.hopeful} and not (
+            by_gain and best is not None and config_key(best.params) != key
+        ):
+            return prop
     if best is not None:
+        gain = f", expected gain {100 * best.gain:.2g} %" if best.gain is not None else ""
         why = (
             f"can still win: optimistic {look.metric} {best.optimistic:.4g} ({best.how}) "
-            f"against the winner's bound {look.bound:.4g}"
+            f"against the winner's bound {look.bound:.4g}{gain}"
         )
         return Proposal(dict(best.params), "guide: can win", why, best.note)
     if look.unknown:
