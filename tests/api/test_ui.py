@@ -109,7 +109,7 @@ def page(live):
         yield pg
 
 
-def run_fake_job(tmp_path: Path, space) -> int:
+def run_fake_job_in_thread(tmp_path: Path, space) -> int:
     """A job of ``space`` run to its end against the FAKE server, in the live server's
     database; in its own thread, since Playwright's sync API holds this one's event loop."""
     store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")
@@ -377,7 +377,7 @@ def test_job_page_lists_another_target_and_hosted_rows(page, tmp_path):
         }
     ]
     space = loads_space(json.dumps(data), base_dir=REPO)
-    job_id = run_fake_job(tmp_path, space)
+    job_id = run_fake_job_in_thread(tmp_path, space)
     page.goto(page.base + f"/#/jobs/{job_id}")
     also = page.locator("[data-testid=also-measured]")
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.test_ui import browser_page, run_fake_job, serve
+from tests.api.test_ui import browser_page, run_fake_job_in_thread, serve
 from tests.api.test_ui_views import get
 from tests.helpers import every_method_space as _space
 from tuner.job import create_job
@@ -38,7 +38,7 @@ HOLD_PARETO = """() => {
 
 def test_exports_follow_the_answer_not_the_input(tmp_path):
     with serve(tmp_path) as base:
-        job_id = run_fake_job(tmp_path, _space(trials=4))
+        job_id = run_fake_job_in_thread(tmp_path, _space(trials=4))
         with browser_page(base) as pg:
             statuses: list[tuple[str, int]] = []
             pg.on(
