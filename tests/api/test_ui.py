@@ -29,12 +29,11 @@ from tests.helpers import (
     fake_measurers,
     make_preset_dir,
     make_settings,
+    run_fake_job,
 )
 from tests.helpers import every_method_space as _space
 from tuner.api import create_app
-from tuner.job import create_job, run_job
 from tuner.space import loads_space
-from tuner.storage import Store
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -112,26 +111,22 @@ def page(live):
 def run_fake_job_in_thread(tmp_path: Path, space) -> int:
     """A job of ``space`` run to its end against the FAKE server, in the live server's
     database; in its own thread, since Playwright's sync API holds this one's event loop."""
-    store = Store(f"sqlite:///{tmp_path / 'spectune.db'}")
-    job_id = create_job(store, space)
+    done: list[int] = []
     errors: list[BaseException] = []
 
     def job() -> None:
         try:
-            run_job(
-                store,
-                job_id,
-                work_dir=tmp_path / "w",
-                measurers=fake_measurers([sys.executable, str(FAKE_SERVER)]),
-            )
+            db_url = f"sqlite:///{tmp_path / 'spectune.db'}"
+            launcher = [sys.executable, str(FAKE_SERVER)]
+            done.append(run_fake_job(db_url, space, tmp_path / "w", launcher))
         except BaseException as e:  # reported below
             errors.append(e)
 
     t = threading.Thread(target=job)
     t.start()
     t.join(timeout=300)
-    assert not t.is_alive() and not errors, errors
-    return job_id
+    assert not t.is_alive() and not errors and done, errors
+    return done[0]
 
 
 def _feasible_count(page) -> int:

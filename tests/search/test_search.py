@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from tests.fake_space import _space
-from tests.helpers import fake_measurers, trial_records
+from tests.helpers import fake_measurers, run_fake_job, trial_records
 from tests.surface.fake_surface import SPACE, tok_per_s, write_fake_surface
 from tuner.job import create_job, run_job
 from tuner.search import dominated_by
@@ -166,10 +166,8 @@ def test_warm_start_enqueues_the_best_of_earlier_jobs_on_the_same_target(
     steady = {"repeats": 3, "confirm_top": 0, "max_relative_mad": 10, "prune": False}
     first_data = _space(space_dir, trials=4, confirm=0).model_dump(mode="json")
     first_data["measurement"] = steady
-    first = create_job(Store(db_url), loads_space(json.dumps(first_data), base_dir=space_dir))
-    run_job(
-        Store(db_url), first, work_dir=space_dir / "w", measurers=fake_measurers(fake_launcher)
-    )
+    first_space = loads_space(json.dumps(first_data), base_dir=space_dir)
+    first = run_fake_job(db_url, first_space, space_dir / "w", fake_launcher)
     best = job_report(Store(db_url), first).front
     assert any(p.method != "none" for p in best)  # speculation commits more per fake step
     data = _space(space_dir, trials=2, confirm=0).model_dump(mode="json")

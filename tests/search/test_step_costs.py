@@ -124,3 +124,34 @@ def test_a_medusa_checkpoint_costs_one_head_a_drafted_token(tmp_path):
     got = _params(str(TINY / "medusa"))
     assert got == 256 * 256 + 4096 * 256  # one block (1 layer) and one lm_head
     assert got / _params(str(TINY / "target")) < 0.25  # read as a layer stack: 0.40
+
+
+def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
+    """The offline model's bias on a method is read where the model stands now, at the
+    launched lookup (its step cost learned from that launch): the baseline at 100 tok/s and
+    10 ms a step, the lookup launched at k=4 (14 ms a step, offline tau 3.1) predicted at
+    100 * 3.1 * 10 / 14 = 221 tok/s and measured at 180; the bias is log(180 / 221), shrunk
+    for one launch's noise. A launch the model predicts exactly has none; no priced launch,
+    no reading (the stored predictions' calibration stands)."""
+    from tuner.offline import OfflinePrices
+    from tuner.offline._rounds import OfflineAcceptance
+    from tuner.search._layout import shrink
+    from tuner.search._offline import _residual_bias
+
+    acc = OfflineAcceptance(4, (0.8, 0.6, 0.4, 0.3), 10, 40, 21)
+    prices = OfflinePrices({family_key(NGRAM): {4: acc}})
+    base = DepthPoint(0, 0, {"mean_itl_ms": 10.0, "output_tok_per_s": 100.0})
+    model = 100.0 * 3.1 * 10.0 / 14.0
+
+    def bias(measured: float) -> float | None:
+        pt = DepthPoint(1, 4, {"mean_itl_ms": 14.0, "output_tok_per_s": measured})
+        own = [({**NGRAM, "num_speculative_tokens": 4}, pt)]
+        return _residual_bias(space, own, own, base, prices, "output_tok_per_s", 0.0)
+
+    assert bias(180.0) == pytest.approx(math.log(180.0 / model) * shrink(1))
+    assert 0.8 < shrink(1) < 1.0
+    assert bias(model) == pytest.approx(0.0, abs=1e-9)
+    other = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    pt = DepthPoint(1, 4, {"mean_itl_ms": 14.0, "output_tok_per_s": 180.0})
+    unpriced = [({**other, "num_speculative_tokens": 4}, pt)]
+    assert _residual_bias(space, unpriced, unpriced, base, prices, "output_tok_per_s", 0.0) is None

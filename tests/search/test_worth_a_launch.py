@@ -175,3 +175,26 @@ def test_a_models_steady_bias_is_taken_out_and_its_band_is_the_scatter_around_it
     plain = calibration(rows, "x", ("w", 1), "offline", "ngram")
     assert plain.bias == 0.0 and plain.median == pytest.approx(10 / 110)
     assert calibration(rows, "x", ("w", 1), "offline", "eagle").n == 0
+
+
+def test_a_launch_that_cannot_tell_a_narrow_prediction_from_the_winner_is_worth_less():
+    """Launches are noisy: one of a candidate predicted as precisely as a launch measures
+    would most likely read a tie. Its expected gain is discounted as Huang et al.'s
+    augmented expected improvement (2006) says, by 1 - noise / sqrt(band^2 + noise^2): a
+    candidate predicted 4 % above a winner at 100, band to 110, expects 1.7 % beyond +3 %
+    with exact launches and about 0.1 % when a launch moves by 8 %. A wide band is discounted
+    less; a bracket not at all: one launch of the proposer settles its split at every depth."""
+    narrow = Candidate(NGRAM, 104.0, 110.0, "offline")
+    exact = _with_gain(narrow, 100.0, 0.0, 0.03, True)
+    noisy = _with_gain(narrow, 100.0, 0.0, 0.03, True, noise=0.08)
+    assert exact.gain is not None and noisy.gain is not None
+    assert exact.gain >= 0.01 > 0.002 > noisy.gain
+    own = math.log(110.0 / 104.0) / 1.96  # the band: to 110, 5.8 % above the middle
+    assert noisy.gain == pytest.approx(exact.gain * (1 - 0.08 / math.hypot(own, 0.08)))
+    wide = Candidate(NGRAM, 104.0, 150.0, "offline")
+    kept = float(_with_gain(wide, 100.0, 0.0, 0.03, True, noise=0.08).gain or 0.0)
+    assert kept / float(_with_gain(wide, 100.0, 0.0, 0.03, True).gain or 1.0) > 0.3
+    br = Candidate(NGRAM, 104.0, 110.0, "depth model", bracket=0.04)
+    assert _with_gain(br, 100.0, 0.0, 0.03, True, noise=0.08).gain == pytest.approx(
+        float(_with_gain(br, 100.0, 0.0, 0.03, True).gain)
+    )

@@ -29,6 +29,7 @@ __all__ = [
     "config_key",
     "family_key",
     "primary",
+    "shrink",
 ]
 
 MEASURED = (TrialState.COMPLETE, TrialState.PRUNED)  # a launch that measured its first point
@@ -82,7 +83,8 @@ _BIAS_PRIOR_SD = 0.25  # the step-cost model's a-priori band
 _LAUNCH_NOISE_SD = 0.10  # a launch's own error (this host's relaunches: 3-18 %)
 
 
-def _shrink(n: int) -> float:
+def shrink(n: int) -> float:
+    """How much of a median error over ``n`` launches is the model's bias, not noise."""
     return _BIAS_PRIOR_SD**2 / (_BIAS_PRIOR_SD**2 + _LAUNCH_NOISE_SD**2 / n)
 
 
@@ -115,7 +117,7 @@ def calibration(
             errs.append(math.log(float(m[metric]) / pred))
     if not errs:
         return Calibration()
-    bias = statistics.median(errs) * _shrink(len(errs)) if correct else 0.0
+    bias = statistics.median(errs) * shrink(len(errs)) if correct else 0.0
     scale = statistics.median(abs(math.expm1(e - bias)) for e in errs)
     return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
 

@@ -11,15 +11,19 @@ Where the engine says what its rounds hold (``_depth.round_cost``), a price is a
 the share of rounds that draft accept anything, and a round costs what it drafts.
 The optimistic value takes no overhead at all and the offline error's margin on every
 position: a proposer whose optimistic value cannot beat the incumbent is not launched.
-The baseline s0 and the launches the cost is learned from all ran the objective class's
+A method's bias is read at its launched proposers under the model as it now stands
+(``_residual_bias``), so a sibling lookup is priced against the launched one. The baseline s0
+and the launches the cost is learned from all ran the objective class's
 batch at the objective level (``Layout.same_batch``, ``baseline_for``): a launch whose
 requests queued at another running batch measured another load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,9 @@ from tuner.search._layout import (
     baseline_for,
     calibration,
     config_key,
+    family_key,
     primary,
+    shrink,
 )
 from tuner.search._step_cost import StepCost, proposer_share, step_costs
 from tuner.space import SearchSpace
@@ -239,7 +245,10 @@ def offline_predictions(
         floor = proposer_share(space, members[0], prices.size_ratio)
         method = str(members[0]["method"])
         if method not in cals:
-            cals[method] = calibration(rows, metric, level, "offline", method, correct=True)
+            cal = calibration(rows, metric, level, "offline", method, correct=True)
+            own = [(p, pt) for p, pt in pts if p["method"] == method]
+            resid = _residual_bias(space, own, pts, base, prices, metric, floor)
+            cals[method] = cal if resid is None else dataclasses.replace(cal, bias=resid)
         cal = cals[method]
         for c in members:
             cand = lay.place(c)
@@ -255,3 +264,44 @@ def offline_predictions(
             if got is not None and metric in got[0].metrics:
                 out.append((cand, *got))
     return out
+
+
+def _residual_bias(
+    space: SearchSpace,
+    own: Sequence[tuple[dict[str, Any], DepthPoint]],
+    launched: Sequence[tuple[dict[str, Any], DepthPoint]],
+    base: DepthPoint,
+    prices: OfflinePrices,
+    metric: str,
+    floor: float,
+) -> float | None:
+    """The offline model's bias on a method, read where it is now: the median log ratio of
+    each launched proposer of the method (``own``) to what the model as it stands (its step
+    cost learned from these launches) predicts of that very launch, shrunk for launch noise
+    (``_layout.shrink``). None where no launch of the method is priced.
+
+    Why not the stored predictions' errors: those were made before the step cost was learned
+    from the launches, so their bias is mostly the prior's, which the learned cost already
+    replaced. The model at a launched proposer holds what the launch cannot teach it (the
+    engine's tokens per step against the offline replay's, the time outside decode steps);
+    that part is shared by the method's other proposers, so a sibling lookup is priced
+    against the launched one, not against the baseline alone."""
+    by_round = round_cost(base) is not None
+    logs = []
+    for p, pt in own:
+        fk = family_key(p)
+        acc = prices.get(fk, pt.depth)
+        value = pt.metrics.get(metric)
+        if acc is None or not value or float(value) <= 0:
+            continue
+        cost = step_costs(space, launched, base, p, prices.size_ratio)
+        rounds = (acc.draft_share, acc.drafted_per_round) if by_round else (1.0, None)
+        got = offline_prediction(
+            pt.depth, acc.per_position_acceptance, base, metric, cost, 0.0, floor, None, *rounds
+        )
+        model = got[0].metrics.get(metric) if got is not None else None
+        if model and float(model) > 0:
+            logs.append(math.log(float(value) / float(model)))
+    if not logs:
+        return None
+    return statistics.median(logs) * shrink(len(logs))

@@ -20,7 +20,13 @@ A configuration whose optimism cannot reach that bound cannot win, and is not la
 that can reach it is launched only while its expected gain is worth a launch: the expected
 improvement beyond ``stop_margin`` over the winner (log-normal, the prediction's band as
 ~2 sigma, the winner's own interval in quadrature) must reach ``stop_min_gain`` (1 %) of the
-winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). A near tie, whose
+winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). Launches are noisy
+(the job's between-launch spread): a candidate predicted about as precisely as one launch
+measures would most likely read a tie the job cannot tell from the winner, so its expected
+gain is discounted as Huang et al.'s augmented expected improvement (2006) does for noisy
+kriging, by 1 - noise / sqrt(band^2 + noise^2); a bracket is not (one launch of the
+proposer settles its split at every depth, which is worth more than the candidate's own
+value). A near tie, whose
 band reaches the bound but whose expected gain is below that, is named in the reason
 ("near ties") and not launched: a launch of it would most likely measure a tie the
 job could not tell apart from the winner. Among what is worth a launch, the one with the
@@ -280,9 +286,11 @@ def outlook(
         c for c in cands if bound is None or c.optimistic is None or _reaches(c, bound, maximize)
     ]
     w_log_sd = _winner_log_sd(rep, metric)
+    spread = rep.spreads.get(metric)
+    noise = spread.log_sd if spread is not None else 0.0
     wv = float(rep.winner.metrics[metric]) if winner is not None and rep.winner else None
     if wv is not None and wv > 0 and space.stop_min_gain > 0:
-        reach = [_with_gain(c, wv, w_log_sd, space.stop_margin, maximize) for c in reach]
+        reach = [_with_gain(c, wv, w_log_sd, space.stop_margin, maximize, noise) for c in reach]
     hopeful = tuple(c for c in reach if c.gain is None or c.gain >= space.stop_min_gain)
     near = tuple(c for c in reach if c not in hopeful)
     values = [float(c.optimistic) for c in cands if c.optimistic is not None]
@@ -331,11 +339,18 @@ def _winner_log_sd(rep: Report, metric: str) -> float:
 
 
 def _with_gain(
-    c: Candidate, winner: float, w_log_sd: float, margin: float, maximize: bool
+    c: Candidate,
+    winner: float,
+    w_log_sd: float,
+    margin: float,
+    maximize: bool,
+    noise: float = 0.0,
 ) -> Candidate:
     """``c`` with its expected gain over the winner beyond ``margin``: its band's noise
     taken as ~2 sigma around the good end of its bracket (the middle when it has none), the
-    winner's uncertainty added in quadrature."""
+    winner's uncertainty added in quadrature; with a launch's ``noise`` (log sd: the job's
+    between-launch spread), discounted for what one launch can tell (augmented expected
+    improvement, module docstring) unless the band is a bracket."""
     if c.predicted is None or c.optimistic is None or c.predicted <= 0 or c.optimistic <= 0:
         return c
     sign = 1.0 if maximize else -1.0
@@ -346,6 +361,9 @@ def _with_gain(
     band_sd = math.log1p(max(0.0, band - c.bracket)) / 1.96
     sd = math.hypot(band_sd, w_log_sd)
     gain = expected_gain(sign * math.log(centre / winner), sd, margin)
+    if noise > 0 and c.bracket <= 0:
+        own = math.log1p(band) / 1.96
+        gain *= 1.0 - noise / math.sqrt(own * own + noise * noise)
     return dataclasses.replace(c, gain=gain)
 
 

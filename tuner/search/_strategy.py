@@ -287,10 +287,8 @@ def _within(prop: Proposal | None, look: Outlook) -> Proposal | None:
         key = config_key(prop.params)
         if key in {config_key(c.params) for c in look.unknown}:
             return prop
-        by_gain = best is not None and best.gain is not None
-        if key in {config_key(c.params) for c in look.hopeful} and not (
-            by_gain and best is not None and config_key(best.params) != key
-        ):
+        hopeful = key in {config_key(c.params) for c in look.hopeful}
+        if hopeful and (best is None or best.gain is None or config_key(best.params) == key):
             return prop
     if best is not None:
         gain = f", expected gain {100 * best.gain:.2g} %" if best.gain is not None else ""
