@@ -16,7 +16,8 @@ made close together compare fairly on a host whose speed drifts. So, one launch 
    the winner), each to two launches (a runner-up launched once may have been unlucky), then,
    while the job cannot tell one apart from the winner, in turn, the one with the fewest
    launches first: A, B, A, B, as SMAC's intensification compares a challenger only on
-   shared instances;
+   shared instances, and only while the launches left could still tell them apart
+   (``can_still_tell``);
 5. while the winner's verdict at the objective level is still "tied", the baseline and the
    winner in turn, to narrow it;
 
@@ -44,10 +45,17 @@ from tuner.launches import (
 )
 from tuner.measure import Measurer, TrialFailed
 from tuner.pareto import Point, Report, job_report
-from tuner.stats import expected_gain
+from tuner.stats import expected_gain, t975
 from tuner.verdict import TIED
 
-__all__ = ["MAX_LAUNCHES", "Confirmation", "confirm", "next_launch", "worth_a_launch"]
+__all__ = [
+    "MAX_LAUNCHES",
+    "Confirmation",
+    "can_still_tell",
+    "confirm",
+    "next_launch",
+    "worth_a_launch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +90,31 @@ def worth_a_launch(rep: Report, p: Point, w: Point, margin: float, min_gain: flo
     ratio = geometric_mean(vp) / geometric_mean(vw)
     sd = spread.log_sd * math.sqrt(1.0 / len(vp) + 1.0 / len(vw))
     return expected_gain(sign * math.log(ratio), sd, margin) >= min_gain
+
+
+def can_still_tell(rep: Report, p: Point, w: Point, budget_left: int | None) -> bool:
+    """Whether the launches left could still tell ``p`` from ``w`` on the first objective:
+    every one spent on the pair (to the one with fewer first, each to ``MAX_LAUNCHES``), the
+    95 % interval of their ratio around today's estimate would exclude 1. When it would not,
+    launching them in turn only moves which of two ties ranks first (a futility stop, as a
+    sequential trial stops once its conditional power is gone); they are named equivalent.
+    Without a spread or a budget, it always could."""
+    metric = rep.objectives[0][0]
+    spread = rep.spreads.get(metric)
+    vp, vw = launch_values(p.metrics, metric), launch_values(w.metrics, metric)
+    if budget_left is None or spread is None or not vp or not vw or min(vp + vw) <= 0:
+        return True
+    n = [len(launches_of(p.metrics)), len(launches_of(w.metrics))]
+    used = list(n)
+    for _ in range(max(0, budget_left)):
+        open_ = [i for i in (0, 1) if used[i] < MAX_LAUNCHES]
+        if not open_:
+            break
+        used[min(open_, key=lambda i: used[i])] += 1
+    gap = abs(math.log(geometric_mean(vp) / geometric_mean(vw)))
+    df = spread.df + sum(used) - sum(n)
+    half = t975(df) * spread.log_sd * math.sqrt(1.0 / used[0] + 1.0 / used[1])
+    return half < gap
 
 
 def next_launch(
@@ -138,7 +171,9 @@ def next_launch(
     short = [p for p in rivals if launch_count(p.metrics) < 2 and room(p)]
     if short:  # every finalist to two launches: a runner-up launched once may be unlucky
         return short[0].trial_number
-    close = [p for p in rivals if rep.indistinguishable(p, w)]
+    close = [
+        p for p in rivals if rep.indistinguishable(p, w) and can_still_tell(rep, p, w, budget_left)
+    ]
     if close:  # then in turn while the job cannot tell them apart: A, B, A, B
         open_ = [p for p in (w, *close) if room(p)]
         if open_:

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from tuner.confirm import MAX_LAUNCHES, Confirmation, next_launch, worth_a_launch
+from tuner.confirm import (
+    MAX_LAUNCHES,
+    Confirmation,
+    can_still_tell,
+    next_launch,
+    worth_a_launch,
+)
 from tuner.explain import launch_sentences
 from tuner.launches import (
     BETWEEN,
@@ -334,3 +340,28 @@ def test_a_finalist_is_launched_again_only_while_it_may_still_win():
     )
     assert worth_a_launch(wide, wide.points[2], wide.points[1], 0.03, 0.01)
     assert next_launch(wide, finalists=2, margin=0.03, min_gain=0.01) == 2
+
+
+def test_ties_no_budget_left_could_tell_apart_are_not_launched_in_turn():
+    """A, B in turn only while the launches left could still tell them apart: every one
+    spent on the pair, would the 95 % interval of their ratio exclude 1 around today's
+    estimate? Here the spread (pooled over the baseline, A and B) is about 3.6 %: B 2 % below
+    A is futile with 2 launches left (each to 3, half-width about 8 %) and also with 10 (4
+    each, the cap: about 6 %); B 9 % below A (half-width 11 % today) can still be told apart
+    and is launched in turn."""
+    pts = {
+        0: ("none", _point_of(300.0, 280.0)),
+        1: ("ngram", _point_of(560.0, 540.0)),
+        2: ("eagle", _point_of(550.0, 525.0)),
+    }
+    rep = _report(pts)
+    a, b = rep.points[1], rep.points[2]
+    assert rep.indistinguishable(b, a)
+    assert next_launch(rep, finalists=2) == 1  # no budget given: in turn, as before
+    assert not can_still_tell(rep, b, a, 2) and not can_still_tell(rep, b, a, 10)
+    assert next_launch(rep, finalists=2, budget_left=2) is None
+    pts[2] = ("eagle", _point_of(510.0, 490.0))
+    far = _report(pts)
+    assert far.indistinguishable(far.points[2], far.points[1])
+    assert can_still_tell(far, far.points[2], far.points[1], 4)
+    assert next_launch(far, finalists=2, budget_left=4) == 1
