@@ -95,8 +95,9 @@ def _run_trials(
     runner: TrialRunner,
     recovery: Recovery,
     conf: Confirmation,
-) -> str | None:
-    """Search and confirmation as one loop; returns why the search stopped (the owner's).
+) -> tuple[str | None, bool]:
+    """Search and confirmation as one loop; returns why the search stopped (the owner's),
+    and whether it closed on its outlook (nothing could win), not at its cap.
 
     After every launch the owner reads the job's report and asks the strategy's outlook
     (``tuner.search._stop``) whether anything not launched yet can still beat the winner:
@@ -124,7 +125,7 @@ def _run_trials(
                 strategy.propose(study)
                 recovery.run_one(study, runner)
                 continue
-            return None
+            return None, False
         if recovery.tell_stored(study, runner):
             continue  # a lost trial's stored result told Optuna: no launch, no slot
         rep = job_report(store, job_id)
@@ -175,7 +176,7 @@ def _run_trials(
                 # brought yet: a helper that saw it first has cut its trial short.
                 raise JobCancelled("job cancelled")
             recovery.drop_retries(study, f"the search had closed: {stopped}")
-            return stopped
+            return stopped, on_outlook
         conf.launch(number)
         reopen = on_outlook
 
@@ -192,6 +193,15 @@ def _confirm_first(rep: Report, look: Outlook | None, conf: Confirmation) -> int
     number = conf.next(rep, reserve=1)  # one launch kept for a winner found later
     pair = {p.trial_number for p in (rep.baseline, w) if p is not None}
     return number if number in pair else None
+
+
+def _final_reason(stopped: str | None, look: Outlook | None) -> str | None:
+    """Why the search stopped, read again once confirmation is over: when nothing can win
+    against the confirmed winner either, the reason names that winner and its bound over
+    its launches (at the search's close it named the winner of then, launched once)."""
+    if look is None or look.can_win:
+        return stopped
+    return look.reason()
 
 
 def _budget_reason(ctx: JobContext, look: Outlook | None) -> str:
@@ -305,10 +315,13 @@ def run_job(
     try:
         on_job_start(study, space)  # names objectives of older studies too; MLflow ready
         conf = Confirmation(ctx, runner.measurer)
-        stopped = _run_trials(ctx, study, runner, recovery, conf)
+        stopped, on_outlook = _run_trials(ctx, study, runner, recovery, conf)
         if not ctx.owner:
             return store.job(job_id)
-        outcome = conf.outcome(job_report(store, job_id))
+        final = job_report(store, job_id)
+        if on_outlook:
+            stopped = _final_reason(stopped, runner.strategy.outlook(final))
+        outcome = conf.outcome(final)
         store.set_stop_reason(job_id, f"{stopped}; {outcome}" if stopped else outcome)
     except JobCancelled:
         status = store.job_status(job_id)

@@ -147,6 +147,7 @@ def spectune_whole(
             "store_confirm_launches": job.confirm_launches,
             "stop_reason": job.stop_reason,
             "winner": pt.config if pt is not None else None,
+            "winner_trial": w.trial_number if w is not None else None,
         }
         confirmed = rep.winner_confirmed
     n = len(log)

@@ -73,3 +73,17 @@ def test_a_search_closed_on_a_lucky_launch_opens_again() -> None:
     relaunched_at = next(i for i, k in enumerate(keys) if k in seen or seen.add(k))
     assert any(k not in keys[:i] for i, k in enumerate(keys) if i > relaunched_at), keys
     assert run.success, run
+
+
+def test_the_stop_reason_names_the_winner_as_confirmed() -> None:
+    """Replayed on tiny-cpu, seed 1: the search closes on n-gram k=3 lookup 2..4 launched
+    once, and confirmation launches it again. The reason the job gives is read again at the
+    end: it names that winner over its two launches, not the bound it had at the close."""
+    from bench.hpo._whole import spectune_whole
+
+    truth = Truth(read_surface(REPO / "bench/surfaces/tiny-cpu.jsonl"))
+    run, _ = spectune_whole(truth, 1, 84)
+    reason, trial = run.extra["stop_reason"], run.extra["winner_trial"]
+    assert run.confirmed and reason.startswith("nothing left can win"), reason
+    assert f"(trial {trial}, 2 launches, between-launch spread" in reason, reason
+    assert f"the winner (trial {trial}) is confirmed over 2 launches" in reason, reason

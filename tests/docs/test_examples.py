@@ -50,7 +50,7 @@ NOT_RUN = {
         ".venv/bin/python bench/search_efficiency.py --surface "
         "bench/surfaces/tiny-cpu-sampled.jsonl --whole-job --seeds 30",
         ".venv/bin/python bench/search_efficiency.py --surface bench/surfaces/tiny-cpu.jsonl "
-        "--whole-job --seeds 30 --strategies spectune,tpe,random,grid",
+        "--whole-job --seeds 30 --budget 40 --strategies spectune,tpe,random,grid",
         ".venv/bin/python bench/record_surface.py search_spaces/wide-cpu.yaml "
         "--out bench/surfaces/wide-cpu.jsonl",
         ".venv/bin/python bench/protocol_spread.py --space search_spaces/tiny-cpu.yaml "

@@ -79,6 +79,36 @@ def test_an_n_gram_lookup_has_no_share_to_scale(space):
     assert "scaled" not in cost.how
 
 
+def test_a_line_over_launched_depths_is_as_sure_between_them_as_one_launched_depth(space):
+    """Lookups launched at k=4 and k=6: between them the fitted line interpolates measured
+    steps, so its band there is the one-launched-depth band (not the line's wider one),
+    widening only away from them. Two launches must not price worse than one."""
+    one = step_costs(space, [({**NGRAM}, _pt(1, 6, 13.0))], _pt(0, 0, 10.0), {**NGRAM})
+    launched = [({**NGRAM}, _pt(1, 4, 12.0)), ({**NGRAM, "prompt_lookup_min": 2}, _pt(2, 6, 13.0))]
+    two = step_costs(space, launched, _pt(0, 0, 10.0), {**NGRAM})
+    assert two.how == "learned from its method's depths"
+    assert two.band(6) == pytest.approx(one.band(6)) == pytest.approx(0.05)
+    assert two.band(5) == pytest.approx(0.05)
+    assert 0.05 < two.band(8) < two.band(12) == pytest.approx(two.rel_sigma)
+    assert two.band(2) > 0.05
+    # a line that misses its own launches is as unsure as it misses them
+    noisy = [*launched, ({**NGRAM}, _pt(3, 5, 14.5))]
+    assert step_costs(space, noisy, _pt(0, 0, 10.0), {**NGRAM}).band(5) > 0.05
+
+
+def test_one_launched_depth_is_as_unsure_elsewhere_as_its_split_can_move_the_step(space):
+    """A lookup at k=2 costing 10 % over the baseline's step can cost, at k=4, between 10 %
+    (all fixed) and 20 % (all per drafted token): the middle, 15 %, is off by at most 5 of
+    its 115, so its band there is 5 % + 4.3 %, not the split's a-priori 25 %. One costing
+    72 % over it can move k=4's step by far more: capped at 25 %."""
+    cheap = step_costs(space, [({**NGRAM}, _pt(1, 2, 11.0))], _pt(0, 0, 10.0), {**NGRAM})
+    assert cheap.band(2) == pytest.approx(0.05)
+    assert cheap.band(4) == pytest.approx(0.05 + 0.05 / 1.15)
+    assert cheap.band(1) == pytest.approx(0.05 + 0.025 / 1.075)
+    dear = step_costs(space, [({**NGRAM}, _pt(1, 2, 17.2))], _pt(0, 0, 10.0), {**NGRAM})
+    assert cheap.band(4) < dear.band(4) < dear.band(8) == pytest.approx(0.25)
+
+
 class _Row:
     def __init__(self, n: int, predicted: dict, measured: float) -> None:
         self.number, self.state, self.search = n, TrialState.COMPLETE, {"predicted": predicted}

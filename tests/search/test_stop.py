@@ -4,6 +4,7 @@ user reads it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -140,6 +141,19 @@ def test_the_outlook_says_what_can_still_win_and_why_not():
     assert unknown.can_win and unknown.predicted_to_beat(1e9)
     assert "1 cannot be priced without a launch" in unknown.reason()
     assert _outlook(winner=None, bound=None).can_win
+
+
+def test_a_bracket_is_predicted_to_beat_the_winner_at_its_good_end():
+    """A depth bracketed by one launched depth (7 % of unknown split) predicted 95 in the
+    middle: its expected gain reads it at 101.65, so the winner at 100 is not confirmed
+    before it is launched (a winner it dethrones would have been confirmed for nothing)."""
+    c = Candidate({"method": "mtp", "num_speculative_tokens": 2}, 95.0, 110.0, "depth model")
+    bracketed = dataclasses.replace(c, bracket=0.07)
+    assert not _outlook(hopeful=(c,)).predicted_to_beat(100.0)
+    assert _outlook(hopeful=(bracketed,)).predicted_to_beat(100.0)
+    assert not _outlook(hopeful=(bracketed,)).predicted_to_beat(102.0)
+    low = _outlook(hopeful=(bracketed,), maximize=False)  # a latency: the good end is lower
+    assert low.predicted_to_beat(89.0) and not low.predicted_to_beat(88.0)
 
 
 def test_the_reason_names_the_proposers_priced_and_never_launched():

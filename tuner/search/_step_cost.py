@@ -54,14 +54,33 @@ class StepCost:
     rel_sigma: float
     how: str
     # The one launched depth the split was taken at: there the step is measured, not split,
-    # so the band grows from ``_SAME_DEPTH_SIGMA`` with the distance from it.
+    # so the band grows from ``_SAME_DEPTH_SIGMA`` with the distance from it, by what the
+    # split can move the step there (``half``: half the extra cost measured at the anchor,
+    # relative to the baseline's step), never beyond ``rel_sigma``.
     anchor: int | None = None
+    half: float | None = None
+    # A line fitted over launched depths (lowest, highest): between them it interpolates
+    # measured steps, so its band is ``near`` (the fit's residual scale, at least
+    # ``_SAME_DEPTH_SIGMA``), growing to ``rel_sigma`` outside them.
+    span: tuple[int, int] | None = None
+    near: float = _SAME_DEPTH_SIGMA
 
     def band(self, k: int) -> float:
         """The relative band of a prediction at depth ``k``."""
+        if self.span is not None:
+            lo, hi = self.span
+            edge = lo if k < lo else hi
+            far = 0.0 if lo <= k <= hi else min(1.0, abs(k - edge) / max(1, edge))
+            return self.near + max(0.0, self.rel_sigma - self.near) * far
         if self.anchor is None or self.anchor < 1:
             return self.rel_sigma
-        far = min(1.0, abs(k - self.anchor) / self.anchor)
+        r = k / self.anchor
+        if self.half is not None:
+            # All fixed: s0 (1 + 2h); all per drafted token: s0 (1 + 2h r); the middle
+            # between them is predicted, so the step is off by at most h |r - 1| of it.
+            mid = 1.0 + self.half * (1.0 + r)
+            return min(self.rel_sigma, _SAME_DEPTH_SIGMA + self.half * abs(r - 1.0) / mid)
+        far = min(1.0, abs(r - 1.0))
         return _SAME_DEPTH_SIGMA + (self.rel_sigma - _SAME_DEPTH_SIGMA) * far
 
 
@@ -129,12 +148,18 @@ def step_costs(
         var = sum((x - mx) ** 2 for *_, x, _h in own)
         b = sum((x - mx) * (e - me) for _, e, x, _h in own) / var if var > 0 else 0.0
         b = max(0.0, b)
-        return StepCost(max(0.0, me - b * mx), b, 0.1, "learned from its method's depths")
+        a = max(0.0, me - b * mx)
+        # Residuals relative to the step they price: how far the line misses its own launches.
+        res = [abs(e - a - b * x) / (1.0 + max(0.0, e)) for _, e, x, _h in own]
+        near = max(_SAME_DEPTH_SIGMA, math.sqrt(sum(r * r for r in res) / n))
+        depths = [d for d, *_ in own]
+        span = (min(depths), max(depths))
+        return StepCost(a, b, 0.1, "learned from its method's depths", span=span, near=near)
     if own:
         d, e, x, h = max(own)
         e = max(0.0, e)
         how = f"its method's one launched depth ({d}), split"
-        return StepCost(e / (2 * h), e / (2 * x), 0.25, how, anchor=d)
+        return StepCost(e / (2 * h), e / (2 * x), 0.25, how, anchor=d, half=e / 2)
     v = min(verify) if verify else _VERIFY_PER_TOKEN
     share = proposer_share(space, c, sizes)
     scaled = _scaled_share(space, c, models, v, sizes)

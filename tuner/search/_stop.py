@@ -127,8 +127,12 @@ class Outlook:
         one): then confirming the current winner first may be a launch spent on a loser."""
         if self.unknown:
             return True
+        sign = 1.0 if self.maximize else -1.0
+        # A bracket's centre is its good end, as its expected gain reads it (``_with_gain``):
+        # one launch settles where in the bracket the proposer lies.
         return any(
-            c.predicted is not None and self.beats(c.predicted, value) for c in self.hopeful
+            c.predicted is not None and self.beats(c.predicted * (1.0 + sign * c.bracket), value)
+            for c in self.hopeful
         )
 
     def _not_launched(self) -> str:
