@@ -9,9 +9,12 @@ import math
 import pytest
 
 from tests.search.chain_surface import SPACE
+from tuner.offline import OfflinePrices
+from tuner.offline._rounds import OfflineAcceptance
 from tuner.search import DepthPoint, step_costs
 from tuner.search._depth import Calibration
-from tuner.search._layout import calibration, family_key, prediction_source
+from tuner.search._layout import calibration, family_key, prediction_source, shrink
+from tuner.search._offline import _residual_bias
 from tuner.space import loads_space
 from tuner.storage import TrialState
 
@@ -163,10 +166,6 @@ def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
     100 * 3.1 * 10 / 14 = 221 tok/s and measured at 180; the bias is log(180 / 221), shrunk
     for one launch's noise. A launch the model predicts exactly has none; no priced launch,
     no reading (the stored predictions' calibration stands)."""
-    from tuner.offline import OfflinePrices
-    from tuner.offline._rounds import OfflineAcceptance
-    from tuner.search._layout import shrink
-    from tuner.search._offline import _residual_bias
 
     acc = OfflineAcceptance(4, (0.8, 0.6, 0.4, 0.3), 10, 40, 21)
     prices = OfflinePrices({family_key(NGRAM): {4: acc}})
@@ -176,7 +175,7 @@ def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
     def bias(measured: float) -> float | None:
         pt = DepthPoint(1, 4, {"mean_itl_ms": 14.0, "output_tok_per_s": measured})
         own = [({**NGRAM, "num_speculative_tokens": 4}, pt)]
-        return _residual_bias(space, own, own, base, prices, "output_tok_per_s", 0.0)
+        return _residual_bias(space, own, own, base, prices, "output_tok_per_s")
 
     assert bias(180.0) == pytest.approx(math.log(180.0 / model) * shrink(1))
     assert 0.8 < shrink(1) < 1.0
@@ -184,4 +183,4 @@ def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
     other = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}
     pt = DepthPoint(1, 4, {"mean_itl_ms": 14.0, "output_tok_per_s": 180.0})
     unpriced = [({**other, "num_speculative_tokens": 4}, pt)]
-    assert _residual_bias(space, unpriced, unpriced, base, prices, "output_tok_per_s", 0.0) is None
+    assert _residual_bias(space, unpriced, unpriced, base, prices, "output_tok_per_s") is None

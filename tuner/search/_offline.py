@@ -247,7 +247,7 @@ def offline_predictions(
         if method not in cals:
             cal = calibration(rows, metric, level, "offline", method, correct=True)
             own = [(p, pt) for p, pt in pts if p["method"] == method]
-            resid = _residual_bias(space, own, pts, base, prices, metric, floor)
+            resid = _residual_bias(space, own, pts, base, prices, metric)
             cals[method] = cal if resid is None else dataclasses.replace(cal, bias=resid)
         cal = cals[method]
         for c in members:
@@ -273,7 +273,6 @@ def _residual_bias(
     base: DepthPoint,
     prices: OfflinePrices,
     metric: str,
-    floor: float,
 ) -> float | None:
     """The offline model's bias on a method, read where it is now: the median log ratio of
     each launched proposer of the method (``own``) to what the model as it stands (its step
@@ -297,7 +296,7 @@ def _residual_bias(
         cost = step_costs(space, launched, base, p, prices.size_ratio)
         rounds = (acc.draft_share, acc.drafted_per_round) if by_round else (1.0, None)
         got = offline_prediction(
-            pt.depth, acc.per_position_acceptance, base, metric, cost, 0.0, floor, None, *rounds
+            pt.depth, acc.per_position_acceptance, base, metric, cost, 0.0, 0.0, None, *rounds
         )
         model = got[0].metrics.get(metric) if got is not None else None
         if model and float(model) > 0:
