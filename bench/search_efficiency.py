@@ -130,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         "recommendation after that)",
     )
     ap.add_argument("--within", type=float, default=0.03)
+    ap.add_argument(
+        "--launch-noise",
+        type=float,
+        default=0.0,
+        help="a stated launch-noise model: each launch's speed times exp(N(0, SD)) on top of "
+        "the recorded repeat it draws (log sd; this 2-core host's relaunches: 0.06-0.2)",
+    )
     ap.add_argument("--alpha", type=float, default=0.05, help="Welch tie test level")
     ap.add_argument("--strategies", default=",".join(ALL))
     ap.add_argument(
@@ -152,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown strategies {sorted(unknown)}; known: {ALL}")
 
     surface = read_surface(args.surface)
-    truth = Truth(surface, args.within, args.alpha)
+    truth = Truth(surface, args.within, args.alpha, args.launch_noise)
     n = len(truth.grid)
     budget = args.budget or min(2 * n, 120)
     simulated = surface.simulated
@@ -272,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "configurations": n,
         "seeds": args.seeds,
         "budget_launches": budget,
+        "launch_noise_log_sd": args.launch_noise,
         "strategies": results,
         "wilcoxon_p": wil,
     }
@@ -283,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
             "confirmation launches; launches = search launches + confirmation launches",
             "baselines": "oracle stop: fewest search launches n + the same confirmation rule's "
             "launches whose confirmed answer is a success (bench/hpo/_whole.py)",
-            "relaunch": "a new draw among the configuration's recorded repeats",
+            "relaunch": "a new draw among the configuration's recorded repeats"
+            + (
+                f", its speed times exp(N(0, {args.launch_noise:g})) (stated launch noise)"
+                if args.launch_noise > 0
+                else ""
+            ),
             "wilcoxon_p": wil_whole,
         }
     print(json.dumps(final))

@@ -28,6 +28,7 @@ __all__ = [
     "Truth",
     "analytic_random",
     "draw_index",
+    "launch_factor",
     "recommend",
 ]
 
@@ -56,6 +57,30 @@ def draw_index(seed: int, key: str, nth: int, level: str, n: int) -> int:
     return rest[nth - 1]
 
 
+def _normal(seed: int, key: str, nth: int) -> float:
+    """A standard normal draw for the ``nth`` launch of a configuration in a seeded run: one
+    per launch (every level of that launch shares it, as one engine's speed does), hashed
+    like ``draw_index`` so paired strategies see the same launch luck."""
+    d = hashlib.sha256(f"{seed}|{key}|{nth}|launch".encode()).digest()
+    u1 = (int.from_bytes(d[:8], "little") + 1) / 2.0**64
+    u2 = int.from_bytes(d[8:16], "little") / 2.0**64
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def launch_factor(run: dict[str, Any], f: float) -> dict[str, Any]:
+    """A recorded repeat as a launch ``f`` times as fast would measure it: rates times f,
+    times (``*_ms``, ``duration_s``) over f; counts and acceptance as recorded. A copy."""
+    out = dict(run)
+    for k, v in run.items():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        if k.endswith("_per_s"):
+            out[k] = v * f
+        elif k.endswith("_ms") or k == "duration_s":
+            out[k] = v / f
+    return out
+
+
 def _runs(m: dict[str, Any]) -> list[dict[str, Any]]:
     """The recorded repeats of one (workload, level); a row without them is one repeat."""
     runs = m.get("runs") or []
@@ -76,9 +101,18 @@ class Observation:
 class Truth:
     """The surface's verdict on each configuration, from ALL its recorded repeats."""
 
-    def __init__(self, surface: Surface, within: float = 0.03, alpha: float = 0.05) -> None:
+    def __init__(
+        self,
+        surface: Surface,
+        within: float = 0.03,
+        alpha: float = 0.05,
+        launch_noise: float = 0.0,
+    ) -> None:
         space = surface.space
         self.surface, self.within, self.alpha = surface, within, alpha
+        # A stated launch-noise model (``launch_factor``): log sd of a launch's speed, on top
+        # of the recorded repeat it draws; 0 keeps the recorded repeats as the only noise.
+        self.launch_noise = launch_noise
         self.level = (space.primary_workload, space.primary_concurrency)
         self.metric, self.direction = (
             space.objectives[0].metric,
@@ -162,6 +196,8 @@ class Truth:
         for lvl, m in pt.measurements.items():
             runs = _runs(m)
             r = runs[draw_index(seed, key, nth, f"{lvl[0]}@{lvl[1]}", len(runs))]
+            if self.launch_noise > 0:
+                r = launch_factor(r, math.exp(self.launch_noise * _normal(seed, key, nth)))
             drawn[lvl] = r
             wall += float(r.get("duration_s") or m.get("duration_s") or 0.0)
         if self.level not in drawn:

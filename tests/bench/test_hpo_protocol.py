@@ -17,6 +17,7 @@ from bench.hpo._protocol import (
     Truth,
     analytic_random,
     draw_index,
+    launch_factor,
     recommend,
 )
 from bench.hpo._stats import bootstrap_median_ci, wilcoxon_signed_rank
@@ -58,6 +59,26 @@ def test_a_query_returns_one_recorded_repeat_and_asking_again_draws_again(truth:
     assert set(seen) <= set(recorded)
     assert len(set(seen)) == len(set(recorded))  # every repeat shows up, not the median
     assert all(o.launched for o in oracle.log)
+
+
+def test_a_stated_launch_noise_moves_each_launch_and_not_the_truth(truth: Truth) -> None:
+    """``--launch-noise SD``: each launch's speed times exp(N(0, SD)) on top of the repeat it
+    draws (this host's relaunches move 6-20 %, its repeats less). Seeded per launch, as the
+    draws are; the truth and the success set stay the recorded ones."""
+    run = {"output_tok_per_s": 100.0, "p99_tpot_ms": 5.0, "duration_s": 10.0, "num_ok": 12}
+    fast = launch_factor(run, 1.25)
+    assert fast == {"output_tok_per_s": 125.0, "p99_tpot_ms": 4.0, "duration_s": 8.0, "num_ok": 12}
+    assert run["output_tok_per_s"] == 100.0  # a copy: the surface is never changed
+    noisy = Truth(read_surface(TINY), launch_noise=0.1)
+    c = truth.grid[5]
+    recorded = [truth.observe(truth.surface.lookup(c), 0, n)[1] for n in range(40)]
+    moved = [noisy.observe(noisy.surface.lookup(c), 0, n)[1] for n in range(40)]
+    again = [noisy.observe(noisy.surface.lookup(c), 0, n)[1] for n in range(40)]
+    assert moved == again and moved != recorded
+    logs = [math.log(m / r) for m, r in zip(moved, recorded, strict=True)]
+    sd = math.sqrt(sum(x * x for x in logs) / len(logs))
+    assert 0.06 < sd < 0.15, sd
+    assert noisy.value == truth.value and noisy.success == truth.success
 
 
 def test_truth_is_the_mean_of_the_repeats(truth: Truth) -> None:

@@ -15,6 +15,7 @@ from tuner import cli
 from tuner.job import create_job, run_job
 from tuner.launches import LaunchSpread
 from tuner.search import Candidate, Outlook, winner_bound
+from tuner.search._stop import launch_noise
 from tuner.space import parse_space
 from tuner.stats import t975
 from tuner.storage import Store
@@ -184,3 +185,26 @@ def test_the_winners_bound_is_its_expected_values_interval_over_launches():
     assert how == "2 launches, between-launch spread"
     hi, _ = winner_bound(Rep(), "output_tok_per_s", False)
     assert hi == pytest.approx(math.exp(mean + t975(4) * 0.05 / math.sqrt(2)))
+
+
+def test_before_a_relaunch_a_launch_moves_at_least_as_its_repeats_say():
+    """The noise the expected gain is discounted for: the job's between-launch spread once
+    it has one; before anything was launched twice, what the winner's three repeats say its
+    value moves by (a floor), not 0: a fresh demo otherwise walked suffix k=8, 7, 5, 4, each
+    depth next to the last worth a launch on exact launches, before it relaunched anything."""
+
+    class Rep:
+        winner = type("P", (), {})()
+        spreads: dict = {}
+
+    Rep.winner.metrics = {
+        "output_tok_per_s": 300.0,
+        "stats": {"output_tok_per_s": {"ci95_low": 280.0, "ci95_high": 320.0, "n": 3}},
+    }
+    floor = math.log(320.0 / 280.0) / (2 * 1.96)
+    assert launch_noise(Rep(), "output_tok_per_s") == pytest.approx(floor)
+    Rep.spreads = {"output_tok_per_s": LaunchSpread(0.12, 2, 2)}
+    assert launch_noise(Rep(), "output_tok_per_s") == pytest.approx(0.12)
+    Rep.spreads = {}
+    Rep.winner.metrics = {"output_tok_per_s": 300.0}  # one repeat: nothing to say
+    assert launch_noise(Rep(), "output_tok_per_s") == 0.0

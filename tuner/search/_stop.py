@@ -21,12 +21,15 @@ that can reach it is launched only while its expected gain is worth a launch: th
 improvement beyond ``stop_margin`` over the winner (log-normal, the prediction's band as
 ~2 sigma, the winner's own interval in quadrature) must reach ``stop_min_gain`` (1 %) of the
 winner's value, the stop rule of Jones, Schonlau and Welch's EGO (1998). Launches are noisy
-(the job's between-launch spread): a candidate predicted about as precisely as one launch
+(the job's between-launch spread; before anything was launched twice, the winner's repeats
+as a floor: ``launch_noise``): a candidate predicted about as precisely as one launch
 measures would most likely read a tie the job cannot tell from the winner, so its expected
 gain is discounted as Huang et al.'s augmented expected improvement (2006) does for noisy
-kriging, by 1 - noise / sqrt(band^2 + noise^2); a bracket is not (one launch of the
-proposer settles its split at every depth, which is worth more than the candidate's own
-value). A near tie, whose
+kriging, by 1 - noise / sqrt(band^2 + noise^2). A bracket wider than a launch's noise is
+not (one launch of the proposer settles its split at every depth, which is worth more than
+the candidate's own value); one narrower is (a depth next to the launched one: its split
+moves the step less than a relaunch moves by itself, so one launch cannot place it in the
+bracket, and a lucky draw of it would only take the lead to be confirmed). A near tie, whose
 band reaches the bound but whose expected gain is below that, is named in the reason
 ("near ties") and not launched: a launch of it would most likely measure a tie the
 job could not tell apart from the winner. Among what is worth a launch, the one with the
@@ -58,7 +61,7 @@ from tuner.space import SearchSpace
 from tuner.stats import expected_gain, t975
 from tuner.storage import TrialState
 
-__all__ = ["Candidate", "Outlook", "outlook", "winner_bound"]
+__all__ = ["Candidate", "Outlook", "launch_noise", "outlook", "winner_bound"]
 
 _LISTED = 6  # proposers named in a stop reason; the rest counted
 
@@ -74,6 +77,13 @@ class Candidate:
     note: dict[str, Any] | None = None  # the prediction as a trial stores it (``predicted``)
     gain: float | None = None  # expected gain beyond the margin, a share of the winner's value
     bracket: float = 0.0  # of the band, the unknown part (``Prediction.bracket``), relative
+
+    def centre(self, maximize: bool) -> float | None:
+        """Where the candidate is read: its prediction, or for a bracket its good end (one
+        launch settles where in the bracket the proposer lies)."""
+        if self.predicted is None:
+            return None
+        return self.predicted * (1.0 + (1.0 if maximize else -1.0) * self.bracket)
 
 
 @dataclass(frozen=True)
@@ -127,11 +137,9 @@ class Outlook:
         one): then confirming the current winner first may be a launch spent on a loser."""
         if self.unknown:
             return True
-        sign = 1.0 if self.maximize else -1.0
-        # A bracket's centre is its good end, as its expected gain reads it (``_with_gain``):
-        # one launch settles where in the bracket the proposer lies.
+        # A bracket is read at its good end, as its expected gain reads it (``_with_gain``).
         return any(
-            c.predicted is not None and self.beats(c.predicted * (1.0 + sign * c.bracket), value)
+            (v := c.centre(self.maximize)) is not None and self.beats(v, value)
             for c in self.hopeful
         )
 
@@ -290,8 +298,7 @@ def outlook(
         c for c in cands if bound is None or c.optimistic is None or _reaches(c, bound, maximize)
     ]
     w_log_sd = _winner_log_sd(rep, metric)
-    spread = rep.spreads.get(metric)
-    noise = spread.log_sd if spread is not None else 0.0
+    noise = launch_noise(rep, metric)
     wv = float(rep.winner.metrics[metric]) if winner is not None and rep.winner else None
     if wv is not None and wv > 0 and space.stop_min_gain > 0:
         reach = [_with_gain(c, wv, w_log_sd, space.stop_margin, maximize, noise) for c in reach]
@@ -324,6 +331,19 @@ def outlook(
     )
 
 
+def launch_noise(rep: Report, metric: str) -> float:
+    """What one launch's value moves by (log sd), for the expected gain's noise discount:
+    the job's between-launch spread; before anything was launched twice, what the winner's
+    repeats say its one launch's value moves by, a floor (launches differ more than their
+    repeats, issue 21), where it was 0: on the first job on a host each depth next to the
+    winner's then looked worth a launch, and a fresh demo walked suffix k=8, 7, 5, 4 before
+    it relaunched anything."""
+    spread = rep.spreads.get(metric)
+    if spread is not None:
+        return spread.log_sd
+    return _winner_log_sd(rep, metric)
+
+
 def _winner_log_sd(rep: Report, metric: str) -> float:
     """The winner's own uncertainty on the log scale, the sd its bound (``winner_bound``)
     is taken with: the job's between-launch spread over its launches, else its repeats'
@@ -354,18 +374,18 @@ def _with_gain(
     taken as ~2 sigma around the good end of its bracket (the middle when it has none), the
     winner's uncertainty added in quadrature; with a launch's ``noise`` (log sd: the job's
     between-launch spread), discounted for what one launch can tell (augmented expected
-    improvement, module docstring) unless the band is a bracket."""
+    improvement, module docstring) unless its bracket is wider than that noise."""
     if c.predicted is None or c.optimistic is None or c.predicted <= 0 or c.optimistic <= 0:
         return c
     sign = 1.0 if maximize else -1.0
-    centre = c.predicted * (1.0 + sign * c.bracket)
+    centre = float(c.centre(maximize) or 0.0)
     if centre <= 0:
         return c
     band = abs(c.optimistic / c.predicted - 1.0)
     band_sd = math.log1p(max(0.0, band - c.bracket)) / 1.96
     sd = math.hypot(band_sd, w_log_sd)
     gain = expected_gain(sign * math.log(centre / winner), sd, margin)
-    if noise > 0 and c.bracket <= 0:
+    if noise > 0 and math.log1p(c.bracket) < noise:  # a launch cannot settle the bracket
         own = math.log1p(band) / 1.96
         gain *= 1.0 - noise / math.sqrt(own * own + noise * noise)
     return dataclasses.replace(c, gain=gain)
