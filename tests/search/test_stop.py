@@ -190,7 +190,7 @@ def test_the_winners_bound_is_its_expected_values_interval_over_launches():
 def test_before_a_relaunch_a_launch_moves_at_least_as_its_repeats_say():
     """The noise the expected gain is discounted for: the job's between-launch spread once
     it has one; before anything was launched twice, what the winner's three repeats say its
-    value moves by (a floor), not 0: a fresh demo otherwise walked suffix k=8, 7, 5, 4, each
+    value moves by (a floor), not 0: a fresh demo otherwise walked suffix k=8, 7, 4, 5, 6, each
     depth next to the last worth a launch on exact launches, before it relaunched anything."""
 
     class Rep:

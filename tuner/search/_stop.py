@@ -336,7 +336,7 @@ def launch_noise(rep: Report, metric: str) -> float:
     the job's between-launch spread; before anything was launched twice, what the winner's
     repeats say its one launch's value moves by, a floor (launches differ more than their
     repeats, issue 21), where it was 0: on the first job on a host each depth next to the
-    winner's then looked worth a launch, and a fresh demo walked suffix k=8, 7, 5, 4 before
+    winner's then looked worth a launch, and a fresh demo walked suffix k=8, 7, 4, 5, 6 before
     it relaunched anything."""
     spread = rep.spreads.get(metric)
     if spread is not None:
