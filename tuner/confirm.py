@@ -13,7 +13,8 @@ made close together compare fairly on a host whose speed drifts. So, one launch 
 3. the winner until it has two undisturbed launches (a new winner may take its place after
    each launch: the ranking is re-read);
 4. the finalists: the next best feasible speculative configurations (``confirm_top`` with
-   the winner), each to two launches (a runner-up launched once may have been unlucky), then,
+   the winner), each to two launches (a runner-up launched once may have been unlucky) while
+   the launches left could still tell it from the winner (``can_still_tell``), then,
    while the job cannot tell one apart from the winner, in turn, the one with the fewest
    launches first: A, B, A, B, as SMAC's intensification compares a challenger only on
    shared instances, and only while the launches left could still tell them apart
@@ -168,8 +169,15 @@ def next_launch(
         if p.feasible and p.method != "none" and p.trial_number != w.trial_number
     ][: max(0, finalists - 1)]
     rivals = [p for p in rivals if worth_a_launch(rep, p, w, margin, min_gain)]
-    short = [p for p in rivals if launch_count(p.metrics) < 2 and room(p)]
-    if short:  # every finalist to two launches: a runner-up launched once may be unlucky
+    # Every finalist to two launches (a runner-up launched once may be unlucky), while the
+    # launches left could still tell it from the winner: a tie no budget can resolve is named
+    # equivalent, not launched to move which of two ties ranks first.
+    short = [
+        p
+        for p in rivals
+        if launch_count(p.metrics) < 2 and room(p) and can_still_tell(rep, p, w, budget_left)
+    ]
+    if short:
         return short[0].trial_number
     close = [
         p for p in rivals if rep.indistinguishable(p, w) and can_still_tell(rep, p, w, budget_left)

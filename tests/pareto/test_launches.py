@@ -365,3 +365,28 @@ def test_ties_no_budget_left_could_tell_apart_are_not_launched_in_turn():
     assert far.indistinguishable(far.points[2], far.points[1])
     assert can_still_tell(far, far.points[2], far.points[1], 4)
     assert next_launch(far, finalists=2, budget_left=4) == 1
+
+
+def test_a_runner_up_no_budget_could_tell_from_the_winner_is_named_not_launched_again():
+    """A runner-up launched once, 1 % below a winner launched twice, with a wide spread
+    (baseline 300 / 240, about 16 %): one more launch would move which of two ties ranks
+    first, and even four could not tell them apart, so it is named equivalent, not launched.
+    The same runner-up 40 % below can still be told apart and gets its second launch (one
+    unlucky launch tells nothing of the next); without a budget, every finalist does."""
+    pts = {
+        0: ("none", _point_of(300.0, 240.0)),
+        1: ("suffix", _point_of(400.0, 380.0)),
+        2: ("suffix", _point_of(386.0)),
+    }
+    rep = _report(pts)
+    w, b = rep.points[1], rep.points[2]
+    assert rep.winner is w and rep.indistinguishable(b, w)
+    assert not can_still_tell(rep, b, w, 4)
+    # Not the runner-up: the winner's verdict is tied at this spread, so baseline or winner.
+    assert next_launch(rep, finalists=2, budget_left=4) in (0, 1)
+    assert b in rep.equivalent_to_winner
+    assert next_launch(rep, finalists=2) == 2  # no budget given: to two launches, as before
+    pts[2] = ("suffix", _point_of(230.0))
+    far = _report(pts)
+    assert can_still_tell(far, far.points[2], far.points[1], 4)
+    assert next_launch(far, finalists=2, budget_left=4) == 2
