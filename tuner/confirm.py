@@ -168,20 +168,17 @@ def next_launch(
         for p in _rank(rep, rep.points)
         if p.feasible and p.method != "none" and p.trial_number != w.trial_number
     ][: max(0, finalists - 1)]
-    rivals = [p for p in rivals if worth_a_launch(rep, p, w, margin, min_gain)]
-    # Every finalist to two launches (a runner-up launched once may be unlucky), while the
-    # launches left could still tell it from the winner: a tie no budget can resolve is named
-    # equivalent, not launched to move which of two ties ranks first.
-    short = [
+    # Only while the launches left could still tell a finalist from the winner: a tie no
+    # budget can resolve is named equivalent, not launched to reorder two ties.
+    rivals = [
         p
         for p in rivals
-        if launch_count(p.metrics) < 2 and room(p) and can_still_tell(rep, p, w, budget_left)
+        if worth_a_launch(rep, p, w, margin, min_gain) and can_still_tell(rep, p, w, budget_left)
     ]
-    if short:
+    short = [p for p in rivals if launch_count(p.metrics) < 2 and room(p)]
+    if short:  # every finalist to two launches: a runner-up launched once may be unlucky
         return short[0].trial_number
-    close = [
-        p for p in rivals if rep.indistinguishable(p, w) and can_still_tell(rep, p, w, budget_left)
-    ]
+    close = [p for p in rivals if rep.indistinguishable(p, w)]
     if close:  # then in turn while the job cannot tell them apart: A, B, A, B
         open_ = [p for p in (w, *close) if room(p)]
         if open_:

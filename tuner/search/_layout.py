@@ -80,7 +80,8 @@ def prediction_source(predicted: dict[str, Any]) -> str | None:
 # configuration of a method), a launch's error around it is launch noise: the normal-normal
 # posterior mean of the bias shrinks the measured median by tau^2 / (tau^2 + sigma^2 / n).
 _BIAS_PRIOR_SD = 0.25  # the step-cost model's a-priori band
-_LAUNCH_NOISE_SD = 0.10  # a launch's own error (this host's relaunches: 3-18 %)
+# A launch's own error: the prior the search's noise discount takes too (one number).
+_LAUNCH_NOISE_SD = float(SearchSpace.model_fields["stop_launch_noise"].default)
 
 
 def shrink(n: int) -> float:

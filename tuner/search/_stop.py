@@ -346,20 +346,15 @@ def launch_noise(rep: Report, metric: str, prior: float = 0.0) -> float:
     spread = rep.spreads.get(metric)
     if spread is not None:
         return spread.log_sd
-    return max(prior, _winner_log_sd(rep, metric))
+    return max(prior, _repeats_log_sd(rep, metric))
 
 
-def _winner_log_sd(rep: Report, metric: str) -> float:
-    """The winner's own uncertainty on the log scale, the sd its bound (``winner_bound``)
-    is taken with: the job's between-launch spread over its launches, else its repeats'
-    interval read as a normal one; 0 without either."""
+def _repeats_log_sd(rep: Report, metric: str) -> float:
+    """What the winner's repeats say one launch of it moves by on the log scale: their 95 %
+    interval read as a normal one; 0 without one."""
     w = rep.winner
     if w is None or not w.metrics.get(metric):
         return 0.0
-    spread = rep.spreads.get(metric)
-    values = launch_values(w.metrics, metric)
-    if spread is not None and values:
-        return spread.log_sd / math.sqrt(len(values))
     st = (w.metrics.get("stats") or {}).get(metric) or {}
     lo, hi = st.get("ci95_low"), st.get("ci95_high")
     if lo is None or hi is None or int(st.get("n") or 1) < 2 or lo <= 0 or hi <= 0:
