@@ -14,6 +14,7 @@ from tests.search.chain_surface import point, write_chain_surface
 from tuner import cli
 from tuner.job import create_job, run_job
 from tuner.launches import LaunchSpread
+from tuner.pareto import Point, Report
 from tuner.search import Candidate, Outlook, winner_bound
 from tuner.search._stop import launch_noise
 from tuner.space import parse_space
@@ -175,20 +176,32 @@ def test_the_winners_bound_is_its_expected_values_interval_over_launches():
     """exp(mean log - t(df) s / sqrt(n)): the interval of the winner's expected value, not
     of one more launch (a candidate competes with what the winner does on average)."""
 
-    class Rep:
-        winner = type("P", (), {})()
-        spreads = {"output_tok_per_s": LaunchSpread(0.05, 4, 2)}
-
-    Rep.winner.metrics = {
-        "output_tok_per_s": 100.0,
-        "launches": [{"output_tok_per_s": 98.0}, {"output_tok_per_s": 102.0}],
-    }
-    lo, how = winner_bound(Rep(), "output_tok_per_s", True)
+    rep = _report(
+        {
+            "output_tok_per_s": 100.0,
+            "launches": [{"output_tok_per_s": 98.0}, {"output_tok_per_s": 102.0}],
+            "stats": {"output_tok_per_s": {"ci95_low": 90.0, "ci95_high": 110.0, "n": 3}},
+        },
+        {"output_tok_per_s": LaunchSpread(0.05, 4, 2)},
+    )
+    lo, how = winner_bound(rep, "output_tok_per_s", True)
     mean = (math.log(98.0) + math.log(102.0)) / 2
     assert lo == pytest.approx(math.exp(mean - t975(4) * 0.05 / math.sqrt(2)))
     assert how == "2 launches, between-launch spread"
-    hi, _ = winner_bound(Rep(), "output_tok_per_s", False)
+    hi, _ = winner_bound(rep, "output_tok_per_s", False)
     assert hi == pytest.approx(math.exp(mean + t975(4) * 0.05 / math.sqrt(2)))
+    rep = dataclasses.replace(rep, spreads={})  # nothing launched twice: its repeats' interval
+    assert winner_bound(rep, "output_tok_per_s", True) == (90.0, "one launch's repeats")
+    assert winner_bound(rep, "output_tok_per_s", False) == (110.0, "one launch's repeats")
+    rep.winner.metrics.pop("stats")  # no repeats either: its value alone
+    assert winner_bound(rep, "output_tok_per_s", True) == (100.0, "one launch, no interval")
+
+
+def _report(metrics: dict, spreads: dict) -> Report:
+    """A report whose winner measured ``metrics``, with the job's between-launch ``spreads``."""
+    w = Point(1, "ngram", {}, {}, metrics, True, ())
+    obj = [("output_tok_per_s", "maximize")]
+    return Report(1, "w", 1, {}, obj, [w], [w], None, w, {}, {}, {}, spreads=spreads)
 
 
 def test_before_a_relaunch_a_launch_moves_by_the_prior_or_its_repeats_whichever_is_more():
@@ -199,23 +212,21 @@ def test_before_a_relaunch_a_launch_moves_by_the_prior_or_its_repeats_whichever_
     a fresh demo whose repeats said less than its relaunches moved launched suffix k=8, 6, 3,
     4, 7, each depth next to the last worth a launch, before it relaunched anything."""
 
-    class Rep:
-        winner = type("P", (), {})()
-        spreads: dict = {}
-
-    Rep.winner.metrics = {
-        "output_tok_per_s": 300.0,
-        "stats": {"output_tok_per_s": {"ci95_low": 280.0, "ci95_high": 320.0, "n": 3}},
-    }
+    rep = _report(
+        {
+            "output_tok_per_s": 300.0,
+            "stats": {"output_tok_per_s": {"ci95_low": 280.0, "ci95_high": 320.0, "n": 3}},
+        },
+        {},
+    )
     floor = math.log(320.0 / 280.0) / (2 * 1.96)  # about 3.4 %
-    assert launch_noise(Rep(), "output_tok_per_s") == pytest.approx(floor)
-    assert launch_noise(Rep(), "output_tok_per_s", 0.1) == pytest.approx(0.1)
-    assert launch_noise(Rep(), "output_tok_per_s", 0.01) == pytest.approx(floor)
-    Rep.spreads = {"output_tok_per_s": LaunchSpread(0.12, 2, 2)}
-    assert launch_noise(Rep(), "output_tok_per_s", 0.1) == pytest.approx(0.12)
-    Rep.spreads = {"output_tok_per_s": LaunchSpread(0.02, 1, 1)}
-    assert launch_noise(Rep(), "output_tok_per_s", 0.1) == pytest.approx(0.02)
-    Rep.spreads = {}
-    Rep.winner.metrics = {"output_tok_per_s": 300.0}  # one repeat: nothing to say
-    assert launch_noise(Rep(), "output_tok_per_s") == 0.0
-    assert launch_noise(Rep(), "output_tok_per_s", 0.1) == pytest.approx(0.1)
+    assert launch_noise(rep, "output_tok_per_s") == pytest.approx(floor)
+    assert launch_noise(rep, "output_tok_per_s", 0.1) == pytest.approx(0.1)
+    assert launch_noise(rep, "output_tok_per_s", 0.01) == pytest.approx(floor)
+    rep = dataclasses.replace(rep, spreads={"output_tok_per_s": LaunchSpread(0.12, 2, 2)})
+    assert launch_noise(rep, "output_tok_per_s", 0.1) == pytest.approx(0.12)
+    rep = dataclasses.replace(rep, spreads={"output_tok_per_s": LaunchSpread(0.02, 1, 1)})
+    assert launch_noise(rep, "output_tok_per_s", 0.1) == pytest.approx(0.02)
+    rep = _report({"output_tok_per_s": 300.0}, {})  # one repeat: nothing to say
+    assert launch_noise(rep, "output_tok_per_s") == 0.0
+    assert launch_noise(rep, "output_tok_per_s", 0.1) == pytest.approx(0.1)

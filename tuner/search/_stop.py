@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.launches import launch_values
+from tuner.launches import WITHIN, launch_values
 from tuner.offline import OfflinePrices
 from tuner.pareto import Report, feasible
 from tuner.search._batches import class_launch
@@ -214,10 +214,9 @@ def winner_bound(rep: Report, metric: str, maximize: bool) -> tuple[float, str] 
         edge = mean - half if maximize else mean + half
         n = len(values)
         return math.exp(edge), f"{n} launch{'es' if n > 1 else ''}, between-launch spread"
-    st = (w.metrics.get("stats") or {}).get(metric) or {}
-    lo, hi = st.get("ci95_low"), st.get("ci95_high")
-    if lo is not None and hi is not None and int(st.get("n") or 1) >= 2:
-        return float(lo if maximize else hi), "one launch's repeats"
+    iv = rep.interval(w, metric)
+    if iv is not None and iv[2] == WITHIN:
+        return (iv[0] if maximize else iv[1]), "one launch's repeats"
     return float(w.metrics[metric]), "one launch, no interval"
 
 
@@ -355,11 +354,10 @@ def _repeats_log_sd(rep: Report, metric: str) -> float:
     w = rep.winner
     if w is None or not w.metrics.get(metric):
         return 0.0
-    st = (w.metrics.get("stats") or {}).get(metric) or {}
-    lo, hi = st.get("ci95_low"), st.get("ci95_high")
-    if lo is None or hi is None or int(st.get("n") or 1) < 2 or lo <= 0 or hi <= 0:
+    iv = rep.interval(w, metric)
+    if iv is None or iv[2] != WITHIN or iv[0] <= 0 or iv[1] <= 0:
         return 0.0
-    return math.log(float(hi) / float(lo)) / (2 * 1.96)
+    return math.log(iv[1] / iv[0]) / (2 * 1.96)
 
 
 def _with_gain(
