@@ -137,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a stated launch-noise model: each launch's speed times exp(N(0, SD)) on top of "
         "the recorded repeat it draws (log sd; this 2-core host's relaunches: 0.06-0.2)",
     )
+    ap.add_argument(
+        "--whole-launches",
+        action="store_true",
+        help="a launch answers with the recorded launch's repeats and their interval (as a "
+        "real launch with measurement.repeats), all moved by its launch factor; needs "
+        "--launch-noise",
+    )
     ap.add_argument("--alpha", type=float, default=0.05, help="Welch tie test level")
     ap.add_argument("--strategies", default=",".join(ALL))
     ap.add_argument(
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown strategies {sorted(unknown)}; known: {ALL}")
 
     surface = read_surface(args.surface)
-    truth = Truth(surface, args.within, args.alpha, args.launch_noise)
+    truth = Truth(surface, args.within, args.alpha, args.launch_noise, args.whole_launches)
     n = len(truth.grid)
     budget = args.budget or min(2 * n, 120)
     simulated = surface.simulated
@@ -280,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "budget_launches": budget,
         "launch_noise_log_sd": args.launch_noise,
+        "whole_launches": args.whole_launches,
         "strategies": results,
         "wilcoxon_p": wil,
     }
@@ -291,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
             "confirmation launches; launches = search launches + confirmation launches",
             "baselines": "oracle stop: fewest search launches n + the same confirmation rule's "
             "launches whose confirmed answer is a success (bench/hpo/_whole.py)",
-            "relaunch": "a new draw among the configuration's recorded repeats"
+            "relaunch": (
+                "the recorded launch (every repeat, their interval)"
+                if args.whole_launches
+                else "a new draw among the configuration's recorded repeats"
+            )
             + (
                 f", its speed times exp(N(0, {args.launch_noise:g})) (stated launch noise)"
                 if args.launch_noise > 0

@@ -67,6 +67,28 @@ def _normal(seed: int, key: str, nth: int) -> float:
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
 
 
+def _scales(name: str) -> int:
+    """How a metric moves with a launch's speed: 1 (a rate), -1 (a time), 0 (neither)."""
+    if name.endswith("_per_s"):
+        return 1
+    return -1 if name.endswith("_ms") or name == "duration_s" else 0
+
+
+def launch_scaled(m: dict[str, Any], f: float) -> dict[str, Any]:
+    """A recorded launch (every repeat, their ``stats``) as a launch ``f`` times as fast would
+    measure it: its repeats keep their spread, the launch moves as one (a copy)."""
+    out = launch_factor(m, f)
+    out["runs"] = [launch_factor(r, f) for r in m.get("runs") or []]
+    stats = {}
+    for name, st in (m.get("stats") or {}).items():
+        g = f ** _scales(name)
+        stats[name] = {
+            k: (v * g if k != "n" and isinstance(v, int | float) else v) for k, v in st.items()
+        }
+    out["stats"] = stats
+    return out
+
+
 def launch_factor(run: dict[str, Any], f: float) -> dict[str, Any]:
     """A recorded repeat as a launch ``f`` times as fast would measure it: rates times f,
     times (``*_ms``, ``duration_s``) over f; counts and acceptance as recorded. A copy."""
@@ -107,12 +129,18 @@ class Truth:
         within: float = 0.03,
         alpha: float = 0.05,
         launch_noise: float = 0.0,
+        whole_launches: bool = False,
     ) -> None:
         space = surface.space
         self.surface, self.within, self.alpha = surface, within, alpha
         # A stated launch-noise model (``launch_factor``): log sd of a launch's speed, on top
         # of the recorded repeat it draws; 0 keeps the recorded repeats as the only noise.
         self.launch_noise = launch_noise
+        # A launch answers with the recorded launch: all its repeats (their interval, as a
+        # real launch's), the launch's factor on all of them; without, one drawn repeat.
+        self.whole_launches = whole_launches
+        if whole_launches and launch_noise <= 0:
+            raise SystemExit("whole launches need a launch-noise model (--launch-noise > 0)")
         self.level = (space.primary_workload, space.primary_concurrency)
         self.metric, self.direction = (
             space.objectives[0].metric,
@@ -196,7 +224,9 @@ class Truth:
         for lvl, m in pt.measurements.items():
             runs = _runs(m)
             r = runs[draw_index(seed, key, nth, f"{lvl[0]}@{lvl[1]}", len(runs))]
-            if self.launch_noise > 0:
+            if self.whole_launches:
+                r = launch_scaled(m, math.exp(self.launch_noise * _normal(seed, key, nth)))
+            elif self.launch_noise > 0:
                 r = launch_factor(r, math.exp(self.launch_noise * _normal(seed, key, nth)))
             drawn[lvl] = r
             wall += float(r.get("duration_s") or m.get("duration_s") or 0.0)

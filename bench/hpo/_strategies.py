@@ -64,9 +64,16 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
         drawn, v, ok, wall = truth.observe(pt, seed, nth)
         log.append(Observation(config, v, ok, True, wall))
         got = original(self, config, levels)
-        points = [
-            _one_repeat(m, drawn.get(lvl, {})) for m, lvl in zip(got.points, levels, strict=True)
-        ]
+        if truth.whole_launches:
+            points = [
+                {**m, **drawn[lvl]} if lvl in drawn else m
+                for m, lvl in zip(got.points, levels, strict=True)
+            ]
+        else:
+            points = [
+                _one_repeat(m, drawn.get(lvl, {}))
+                for m, lvl in zip(got.points, levels, strict=True)
+            ]
         return dataclasses.replace(got, points=points)
 
     _replay.ReplayEngine.measure = measure  # type: ignore[method-assign]

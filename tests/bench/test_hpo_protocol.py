@@ -18,6 +18,7 @@ from bench.hpo._protocol import (
     analytic_random,
     draw_index,
     launch_factor,
+    launch_scaled,
     recommend,
 )
 from bench.hpo._stats import bootstrap_median_ci, wilcoxon_signed_rank
@@ -79,6 +80,32 @@ def test_a_stated_launch_noise_moves_each_launch_and_not_the_truth(truth: Truth)
     sd = math.sqrt(sum(x * x for x in logs) / len(logs))
     assert 0.06 < sd < 0.15, sd
     assert noisy.value == truth.value and noisy.success == truth.success
+
+
+def test_whole_launches_answer_the_recorded_launch_moved_as_one(truth: Truth) -> None:
+    """``--whole-launches``: a launch answers with every recorded repeat and their interval
+    (a real launch's three repeats, t = 4.30), all moved by one launch factor; without a
+    launch-noise model every relaunch would repeat the same numbers, so it is refused."""
+    with pytest.raises(SystemExit, match="launch-noise"):
+        Truth(read_surface(TINY), whole_launches=True)
+    whole = Truth(read_surface(TINY), launch_noise=0.1, whole_launches=True)
+    c = truth.grid[5]
+    m = truth.surface.lookup(c).measurements[truth.level]
+    st = m["stats"]["output_tok_per_s"]
+    drawn, v, _, _ = whole.observe(whole.surface.lookup(c), 0, 0)
+    got = drawn[truth.level]
+    f = v / m["output_tok_per_s"]
+    assert f != 1.0 and got["stats"]["output_tok_per_s"]["n"] == st["n"] >= 3
+    for k in ("median", "ci95_low", "ci95_high"):
+        assert got["stats"]["output_tok_per_s"][k] == pytest.approx(st[k] * f)
+    tpot = m["stats"]["p99_tpot_ms"]
+    assert got["stats"]["p99_tpot_ms"]["ci95_high"] == pytest.approx(tpot["ci95_high"] / f)
+    assert [r["output_tok_per_s"] for r in got["runs"]] == pytest.approx(
+        [r["output_tok_per_s"] * f for r in m["runs"]]
+    )
+    again = [whole.observe(whole.surface.lookup(c), 0, n)[1] for n in range(4)]
+    assert len(set(again)) == 4 and again[0] == v  # each launch its own factor, seeded
+    assert launch_scaled(m, 1.0)["stats"] == m["stats"] and m["stats"]["p99_tpot_ms"] == tpot
 
 
 def test_truth_is_the_mean_of_the_repeats(truth: Truth) -> None:

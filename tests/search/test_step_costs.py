@@ -13,7 +13,13 @@ from tuner.offline import OfflinePrices
 from tuner.offline._rounds import OfflineAcceptance
 from tuner.search import DepthPoint, step_costs
 from tuner.search._depth import Calibration
-from tuner.search._layout import calibration, family_key, prediction_source, shrink
+from tuner.search._layout import (
+    calibration,
+    family_key,
+    own_noise,
+    prediction_source,
+    shrink,
+)
 from tuner.search._offline import _residual_bias
 from tuner.space import loads_space
 from tuner.storage import TrialState
@@ -137,6 +143,44 @@ def test_calibration_counts_only_the_predicting_models_errors():
     assert calibration(rows, "x", level, "depth").median == pytest.approx(0.01)
     assert calibration(rows, "x", level).median == pytest.approx(0.1)  # all three: the median
     assert calibration(rows, "x", level).n == 3
+
+
+def test_the_launch_noise_in_measured_errors_is_not_counted_as_the_models():
+    """Each error holds two launches' noise (the anchor's and the measured one's): with a
+    launch noise of 5 % (log sd) three 10 % errors leave sqrt((0.10/0.6745)^2 - 2 * 0.05^2)
+    of the model's own; errors no larger than the noise leave nothing."""
+    depth = _pred(100.0, ["tau from the per-position acceptance of trial 3 (k=6)"])
+    rows = [_Row(n, depth, 110.0) for n in (1, 2, 3)]
+    level = ("w", 4)
+    plain = calibration(rows, "x", level, "depth")
+    assert plain.median == pytest.approx(0.1) and plain.n == 3
+    left = calibration(rows, "x", level, "depth", noise=0.05)
+    sd = math.sqrt((0.1 / 0.6745) ** 2 - 2 * 0.05**2)
+    assert left.median == pytest.approx(0.6745 * sd) and left.n == 3
+    assert calibration(rows, "x", level, "depth", noise=0.2).median == 0.0
+
+
+def test_own_noise_pools_what_the_job_launched_twice():
+    """The job's own between-launch spread at the level (log sd), 0 before anything was
+    launched twice; a disturbed launch is left out, as the report's spread leaves it."""
+
+    def row(*values: float, disturbed: bool = False) -> object:
+        launches = [{"x": v, "output_tok_per_s": v} for v in values]
+        if disturbed:
+            launches[-1]["disturbed"] = True
+        m = {"output_tok_per_s": values[0], "launches": launches}
+        return type(
+            "R",
+            (),
+            {"measurements": [type("M", (), {"workload": "w", "concurrency": 4, "metrics": m})()]},
+        )()
+
+    level = ("w", 4)
+    assert own_noise([row(100.0), row(50.0)], "output_tok_per_s", level) == 0.0
+    twice = own_noise([row(100.0, 121.0), row(50.0)], "output_tok_per_s", level)
+    assert twice == pytest.approx(math.log(1.21) / math.sqrt(2))
+    assert own_noise([row(100.0, 121.0, disturbed=True)], "output_tok_per_s", level) == 0.0
+    assert own_noise([row(100.0, 121.0)], "output_tok_per_s", ("w", 1)) == 0.0
 
 
 def test_enough_measured_errors_replace_the_a_priori_band():

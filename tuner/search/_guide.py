@@ -54,6 +54,7 @@ from tuner.search._layout import (
     calibration,
     config_key,
     family_key,
+    own_noise,
     primary,
 )
 from tuner.search._offline import ACCEPTANCE_MARGIN, offline_predictions, proposer_name
@@ -206,7 +207,13 @@ def depth_predictions(
         for r in rows
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
-    cal = calibration(rows, metric, level, "depth")
+    cal = calibration(
+        rows,
+        metric,
+        level,
+        "depth",
+        noise=own_noise(rows, metric, level) or space.stop_launch_noise,
+    )
     families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}
     for fk, members in families.items():

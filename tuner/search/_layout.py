@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.candidates import grid_configs
+from tuner.launches import pooled_spread, spread_values
 from tuner.search._depth import Calibration, DepthPoint
 from tuner.space import SearchSpace, running_batch
 from tuner.storage import TrialState, search_launch
@@ -96,6 +97,7 @@ def calibration(
     source: str | None = None,
     method: str | None = None,
     correct: bool = False,
+    noise: float = 0.0,
 ) -> Calibration:
     """The median relative error of this job's earlier predictions of ``metric`` (only
     those ``source`` made, of ``method``'s proposers, when given). Why by source: a prior's
@@ -103,7 +105,11 @@ def calibration(
     model's; by method: a draft model's step cost is scaled from other launches, an n-gram's
     is its own method's, so one's error says little of the other's. With ``correct`` the
     median log error (shrunk) is the model's bias (``Calibration.correct``) and the band is
-    the errors' scale around it."""
+    the errors' scale around it. ``noise``: what one launch moves by (log sd; ``own_noise``,
+    else the space's ``stop_launch_noise``): an error is a launch against a prediction
+    scaled from another launch, so it holds two launches' noise, which a new prediction's
+    band meets again where it is used (the anchor's interval, the stop rule's discount);
+    only what is left is the model's (errors² = model² + 2 noise², on the normal scale)."""
     errs = []
     for r in rows:
         predicted = (getattr(r, "search", None) or {}).get("predicted") or {}
@@ -120,7 +126,20 @@ def calibration(
         return Calibration()
     bias = statistics.median(errs) * shrink(len(errs)) if correct else 0.0
     scale = statistics.median(abs(math.expm1(e - bias)) for e in errs)
+    if noise > 0:
+        # Each error holds two launches' noise (the anchor's, the measured launch's): what is
+        # left of its normal scale (median / 0.6745) once that is taken out is the model's.
+        sd = scale / 0.6745
+        scale = 0.6745 * math.sqrt(max(0.0, sd * sd - 2.0 * noise * noise))
     return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
+
+
+def own_noise(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
+    """What one launch moves by in this job (log sd of ``metric``, pooled over what it
+    launched more than once at ``level``); 0 before anything was launched twice."""
+    pts = [m for r in rows if (m := primary(r, level)) is not None]
+    spread = pooled_spread(spread_values(m, metric) for m in pts)
+    return 0.0 if spread is None else spread.log_sd
 
 
 def baseline_for(

@@ -43,6 +43,7 @@ from tuner.search._layout import (
     calibration,
     config_key,
     family_key,
+    own_noise,
     primary,
     shrink,
 )
@@ -245,7 +246,8 @@ def offline_predictions(
         floor = proposer_share(space, members[0], prices.size_ratio)
         method = str(members[0]["method"])
         if method not in cals:
-            cal = calibration(rows, metric, level, "offline", method, correct=True)
+            noise = own_noise(rows, metric, level) or space.stop_launch_noise
+            cal = calibration(rows, metric, level, "offline", method, correct=True, noise=noise)
             own = [(p, pt) for p, pt in pts if p["method"] == method]
             resid = _residual_bias(space, own, pts, base, prices, metric)
             cals[method] = cal if resid is None else dataclasses.replace(cal, bias=resid)
