@@ -75,8 +75,9 @@ def _scales(name: str) -> int:
 
 
 def launch_scaled(m: dict[str, Any], f: float) -> dict[str, Any]:
-    """A recorded launch (every repeat, their ``stats``) as a launch ``f`` times as fast would
-    measure it: its repeats keep their spread, the launch moves as one (a copy)."""
+    """A recorded launch (every repeat, their ``stats``, the ``score`` the job ranks by) as a
+    launch ``f`` times as fast would measure it: its repeats keep their spread, the launch
+    moves as one (a copy)."""
     out = launch_factor(m, f)
     out["runs"] = [launch_factor(r, f) for r in m.get("runs") or []]
     stats = {}
@@ -86,6 +87,7 @@ def launch_scaled(m: dict[str, Any], f: float) -> dict[str, Any]:
             k: (v * g if k != "n" and isinstance(v, int | float) else v) for k, v in st.items()
         }
     out["stats"] = stats
+    out["score"] = launch_factor(m.get("score") or {}, f)
     return out
 
 
@@ -94,12 +96,8 @@ def launch_factor(run: dict[str, Any], f: float) -> dict[str, Any]:
     times (``*_ms``, ``duration_s``) over f; counts and acceptance as recorded. A copy."""
     out = dict(run)
     for k, v in run.items():
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            continue
-        if k.endswith("_per_s"):
-            out[k] = v * f
-        elif k.endswith("_ms") or k == "duration_s":
-            out[k] = v / f
+        if not isinstance(v, bool) and isinstance(v, int | float):
+            out[k] = v * f ** _scales(k)
     return out
 
 
@@ -223,10 +221,14 @@ class Truth:
         wall = float(pt.startup_s or 0.0)
         for lvl, m in pt.measurements.items():
             runs = _runs(m)
-            r = runs[draw_index(seed, key, nth, f"{lvl[0]}@{lvl[1]}", len(runs))]
-            if self.whole_launches:
+            if self.whole_launches:  # every repeat ran: the launch's whole measuring time
                 r = launch_scaled(m, math.exp(self.launch_noise * _normal(seed, key, nth)))
-            elif self.launch_noise > 0:
+                took = [float(x.get("duration_s") or 0.0) for x in r["runs"]]
+                wall += sum(took) or float(r.get("duration_s") or 0.0)
+                drawn[lvl] = r
+                continue
+            r = runs[draw_index(seed, key, nth, f"{lvl[0]}@{lvl[1]}", len(runs))]
+            if self.launch_noise > 0:
                 r = launch_factor(r, math.exp(self.launch_noise * _normal(seed, key, nth)))
             drawn[lvl] = r
             wall += float(r.get("duration_s") or m.get("duration_s") or 0.0)

@@ -48,6 +48,27 @@ def test_whole_job_counts_confirmation_launches(tmp_path, capsys, monkeypatch) -
     assert set(final["whole_job"]["wilcoxon_p"]) == {"tpe", "random"}
 
 
+def test_whole_launches_replay_a_real_launch_and_need_a_launch_noise(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """``--whole-launches``: each launch answers with the recorded launch moved by its drawn
+    factor (a relaunch differs by that factor only, so a noise model is required)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    sys.modules.pop("search_efficiency", None)
+    import search_efficiency
+
+    argv = ["--surface", str(TINY), "--whole-job", "--seeds", "1", "--budget", "12"]
+    argv += ["--strategies", "spectune", "--plot", str(tmp_path / "p.png"), "--whole-launches"]
+    with pytest.raises(SystemExit, match="launch-noise"):
+        search_efficiency.main(argv)
+    assert search_efficiency.main([*argv, "--launch-noise", "0.13"]) == 0
+    final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert final["whole_launches"] is True and final["launch_noise_log_sd"] == 0.13
+    assert final["whole_job"]["relaunch"].startswith("the recorded launch")
+    (seed,) = final["strategies"]["spectune"]["per_seed"]
+    assert seed["launches"] == seed["search"] + seed["confirm"] >= 2
+
+
 def test_the_baselines_confirmation_relaunches_with_new_draws(truth: Truth) -> None:
     best = next(c for c in truth.grid if config_key(c) == truth.best_key)
     pt = truth.surface.lookup(best)

@@ -146,18 +146,24 @@ def test_calibration_counts_only_the_predicting_models_errors():
 
 
 def test_the_launch_noise_in_measured_errors_is_not_counted_as_the_models():
-    """Each error holds two launches' noise (the anchor's and the measured one's): with a
-    launch noise of 5 % (log sd) three 10 % errors leave sqrt((0.10/0.6745)^2 - 2 * 0.05^2)
-    of the model's own; errors no larger than the noise leave nothing."""
+    """Each error holds the noise of the launch it was measured on: with a launch noise of
+    5 % (log sd) three 10 % errors leave sqrt((0.10/0.6745)^2 - 0.05^2) of the model's own;
+    errors no larger than the noise leave nothing; bias-corrected errors the same."""
     depth = _pred(100.0, ["tau from the per-position acceptance of trial 3 (k=6)"])
     rows = [_Row(n, depth, 110.0) for n in (1, 2, 3)]
     level = ("w", 4)
     plain = calibration(rows, "x", level, "depth")
     assert plain.median == pytest.approx(0.1) and plain.n == 3
     left = calibration(rows, "x", level, "depth", noise=0.05)
-    sd = math.sqrt((0.1 / 0.6745) ** 2 - 2 * 0.05**2)
+    sd = math.sqrt((0.1 / 0.6745) ** 2 - 0.05**2)
     assert left.median == pytest.approx(0.6745 * sd) and left.n == 3
     assert calibration(rows, "x", level, "depth", noise=0.2).median == 0.0
+    spread = [_Row(n, depth, v) for n, v in ((1, 100.0), (2, 110.0), (3, 125.0))]
+    plain = calibration(spread, "x", level, "depth", correct=True)
+    left = calibration(spread, "x", level, "depth", correct=True, noise=0.05)
+    assert left.bias == plain.bias > 0  # the bias is the model's: the noise is in the scatter
+    sd = math.sqrt((plain.median / 0.6745) ** 2 - 0.05**2)
+    assert left.median == pytest.approx(0.6745 * sd) and 0 < left.median < plain.median
 
 
 def test_own_noise_pools_what_the_job_launched_twice():

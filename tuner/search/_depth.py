@@ -26,7 +26,7 @@ Model, per (workload, concurrency) level:
 
 Uncertainty: the anchor's own 95 % interval, plus the reach to both ends (one launched depth)
 or 1 % per unit of depth away from the anchor (two), plus the median error of this job's
-earlier predictions, less the two launches' noise each error holds (``_layout.calibration``).
+earlier predictions, less the noise of the launch each was measured on (``_layout.calibration``).
 A prediction is never a measurement: it is stored beside the trial that launched it and
 shown as predicted, with its error once measured.
 """

@@ -106,10 +106,10 @@ def calibration(
     is its own method's, so one's error says little of the other's. With ``correct`` the
     median log error (shrunk) is the model's bias (``Calibration.correct``) and the band is
     the errors' scale around it. ``noise``: what one launch moves by (log sd; ``own_noise``,
-    else the space's ``stop_launch_noise``): an error is a launch against a prediction
-    scaled from another launch, so it holds two launches' noise, which a new prediction's
-    band meets again where it is used (the anchor's interval, the stop rule's discount);
-    only what is left is the model's (errors² = model² + 2 noise², on the normal scale)."""
+    else the space's ``stop_launch_noise``): each error is measured on a launch, whose own
+    noise is in it and is not the model's; only what is left counts (errors² = model² +
+    noise², on the normal scale). The anchor's noise is in it too, but only once-launched
+    anchors carry all of it, so it stays (an upper bound would narrow bands for nothing)."""
     errs = []
     for r in rows:
         predicted = (getattr(r, "search", None) or {}).get("predicted") or {}
@@ -127,10 +127,10 @@ def calibration(
     bias = statistics.median(errs) * shrink(len(errs)) if correct else 0.0
     scale = statistics.median(abs(math.expm1(e - bias)) for e in errs)
     if noise > 0:
-        # Each error holds two launches' noise (the anchor's, the measured launch's): what is
-        # left of its normal scale (median / 0.6745) once that is taken out is the model's.
+        # The measured launch's own noise taken out of the errors' normal scale (median /
+        # 0.6745): what is left is the model's.
         sd = scale / 0.6745
-        scale = 0.6745 * math.sqrt(max(0.0, sd * sd - 2.0 * noise * noise))
+        scale = 0.6745 * math.sqrt(max(0.0, sd * sd - noise * noise))
     return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
 
 
