@@ -220,13 +220,13 @@ class Truth:
         drawn: dict[tuple[str, int], dict[str, Any]] = {}
         wall = float(pt.startup_s or 0.0)
         for lvl, m in pt.measurements.items():
-            runs = _runs(m)
             if self.whole_launches:  # every repeat ran: the launch's whole measuring time
                 r = launch_scaled(m, math.exp(self.launch_noise * _normal(seed, key, nth)))
                 took = [float(x.get("duration_s") or 0.0) for x in r["runs"]]
                 wall += sum(took) or float(r.get("duration_s") or 0.0)
                 drawn[lvl] = r
                 continue
+            runs = _runs(m)
             r = runs[draw_index(seed, key, nth, f"{lvl[0]}@{lvl[1]}", len(runs))]
             if self.launch_noise > 0:
                 r = launch_factor(r, math.exp(self.launch_noise * _normal(seed, key, nth)))

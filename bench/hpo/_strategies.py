@@ -64,7 +64,8 @@ def _drawing_engine(truth: Truth, seed: int, log: list[Observation]) -> Iterator
         drawn, v, ok, wall = truth.observe(pt, seed, nth)
         log.append(Observation(config, v, ok, True, wall))
         got = original(self, config, levels)
-        if truth.whole_launches:
+        if truth.whole_launches:  # the drawn launch holds every recorded key; the replay
+            # engine's own point adds only its marker, which the overlay keeps
             points = [
                 {**m, **drawn[lvl]} if lvl in drawn else m
                 for m, lvl in zip(got.points, levels, strict=True)

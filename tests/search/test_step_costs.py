@@ -187,6 +187,9 @@ def test_own_noise_pools_what_the_job_launched_twice():
     assert twice == pytest.approx(math.log(1.21) / math.sqrt(2))
     assert own_noise([row(100.0, 121.0, disturbed=True)], "output_tok_per_s", level) == 0.0
     assert own_noise([row(100.0, 121.0)], "output_tok_per_s", ("w", 1)) == 0.0
+    # the space's prior stands in before anything was launched twice, never after
+    assert own_noise([row(100.0), row(50.0)], "output_tok_per_s", level, 0.1) == 0.1
+    assert own_noise([row(100.0, 121.0)], "output_tok_per_s", level, 0.1) == pytest.approx(twice)
 
 
 def test_enough_measured_errors_replace_the_a_priori_band():

@@ -212,7 +212,7 @@ def depth_predictions(
         metric,
         level,
         "depth",
-        noise=own_noise(rows, metric, level) or space.stop_launch_noise,
+        noise=own_noise(rows, metric, level, space.stop_launch_noise),
     )
     families = lay.families
     per_family: dict[str, tuple[list[DepthPoint], DepthPoint | None]] = {}

@@ -134,12 +134,15 @@ def calibration(
     return Calibration(min(0.5, scale), len(errs), bias)  # scale: the plain error when no bias
 
 
-def own_noise(rows: Iterable[Any], metric: str, level: tuple[str, int]) -> float:
+def own_noise(
+    rows: Iterable[Any], metric: str, level: tuple[str, int], prior: float = 0.0
+) -> float:
     """What one launch moves by in this job (log sd of ``metric``, pooled over what it
-    launched more than once at ``level``); 0 before anything was launched twice."""
+    launched more than once at ``level``); ``prior`` (the space's ``stop_launch_noise``)
+    before anything was launched twice, or where the spread is nil."""
     pts = [m for r in rows if (m := primary(r, level)) is not None]
     spread = pooled_spread(spread_values(m, metric) for m in pts)
-    return 0.0 if spread is None else spread.log_sd
+    return (spread.log_sd if spread is not None else 0.0) or prior
 
 
 def baseline_for(

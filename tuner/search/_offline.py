@@ -223,6 +223,7 @@ def offline_predictions(
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
     cals: dict[str, Calibration] = {}
+    noise = own_noise(rows, metric, level, space.stop_launch_noise)
     out = []
     for fk, members in lay.families.items():
         if fk not in prices.by_proposer:
@@ -246,7 +247,6 @@ def offline_predictions(
         floor = proposer_share(space, members[0], prices.size_ratio)
         method = str(members[0]["method"])
         if method not in cals:
-            noise = own_noise(rows, metric, level) or space.stop_launch_noise
             cal = calibration(rows, metric, level, "offline", method, correct=True, noise=noise)
             own = [(p, pt) for p, pt in pts if p["method"] == method]
             resid = _residual_bias(space, own, pts, base, prices, metric)
