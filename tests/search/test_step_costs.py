@@ -8,19 +8,20 @@ import math
 
 import pytest
 
-from tests.search.chain_surface import SPACE
+from tests.search.chain_surface import ACCEPT, SPACE, trial_row
 from tuner.offline import OfflinePrices
 from tuner.offline._rounds import OfflineAcceptance
 from tuner.search import DepthPoint, step_costs
 from tuner.search._depth import Calibration
 from tuner.search._layout import (
+    Layout,
     calibration,
     family_key,
     own_noise,
     prediction_source,
     shrink,
 )
-from tuner.search._offline import _residual_bias
+from tuner.search._offline import _residual_bias, offline_predictions
 from tuner.space import loads_space
 from tuner.storage import TrialState
 
@@ -61,6 +62,24 @@ def test_without_a_launched_model_the_size_share_is_used_as_is(space):
     assert cost.per_token == pytest.approx(0.05 + 0.02)
     assert cost.how == "verify cost from other methods' launches"
     assert cost.rel_sigma == pytest.approx(0.2)
+
+
+def test_a_lookup_borrows_a_models_cost_split_at_its_depth(space):
+    """Baseline step 10 ms; a draft (size share 0.1) at k=4 costs 18 ms: 0.2 a token, of
+    which 0.1 is the verify bound (that launch's fixed part is in it). An n-gram lookup is
+    priced in the middle of what that bound allows: 0.2 fixed and 0.05 a token, so at the
+    draft's depth it costs the bound's 0.4 and deeper it costs less than the bound says
+    (at 8: 0.6, not 0.8)."""
+    sizes = _sizes(draft=0.1, head=0.02)
+    cost = step_costs(space, [({**DRAFT}, _pt(2, 4, 18.0))], _pt(0, 0, 10.0), {**NGRAM}, sizes)
+    assert cost.how == "verify cost from other methods' launches, split"
+    assert cost.fixed == pytest.approx(0.2) and cost.per_token == pytest.approx(0.05)
+    assert cost.fixed + 4 * cost.per_token == pytest.approx(0.1 * 4)
+    assert cost.fixed + 8 * cost.per_token == pytest.approx(0.6)
+    assert cost.rel_sigma == pytest.approx(0.2)
+    # A model proposer takes the bound as its verify part, all of it per token.
+    head = step_costs(space, [({**DRAFT}, _pt(2, 4, 18.0))], _pt(0, 0, 10.0), {**HEAD}, sizes)
+    assert head.fixed == 0.0
 
 
 def test_several_launched_models_widen_the_band_by_their_spread(space):
@@ -237,3 +256,35 @@ def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
     pt = DepthPoint(1, 4, {"mean_itl_ms": 14.0, "output_tok_per_s": 180.0})
     unpriced = [({**other, "num_speculative_tokens": 4}, pt)]
     assert _residual_bias(space, unpriced, unpriced, base, prices, "output_tok_per_s") is None
+
+
+def test_a_method_never_launched_carries_no_other_methods_miss(tmp_path):
+    """A FAKE chain surface (tests/search/chain_surface.py): the baseline and the EAGLE head
+    at k=3 launched, the head's offline price a third below what its launch accepted, so
+    the offline model under-predicts that launch. The n-gram lookups, never launched, are
+    not corrected by that miss: it is mostly the head's own (tried: a real demo's suffix
+    launches read 2.4x their price, and the n-gram it then priced measured a third of it)."""
+    space = loads_space(SPACE, base_dir=tmp_path)
+    at = {"max_num_seqs": 4, "memory_fraction": 0.4}
+    head = {"method": "eagle", "head": "head", **at, "num_speculative_tokens": 3}
+
+    def acc(k: int, per: list[float]) -> OfflineAcceptance:
+        return OfflineAcceptance(k, tuple(per[:k]), 10, 10 * k, int(10 * sum(per[:k])))
+
+    ngram = {**NGRAM, "prompt_lookup_max": 3}
+    prices = OfflinePrices(
+        {
+            family_key(head): {k: acc(k, [a * 0.67 for a in ACCEPT["head"]]) for k in (1, 2, 3)},
+            family_key(ngram): {k: acc(k, ACCEPT["ngram1"]) for k in (1, 2, 3, 4)},
+        }
+    )
+    rows = [trial_row(0, {"method": "none", **at}), trial_row(1, head)]
+    base = DepthPoint(0, 0, dict(rows[0].measurements[0].metrics))
+    launched = [(head, DepthPoint(1, 3, dict(rows[1].measurements[0].metrics)))]
+    miss = _residual_bias(space, launched, launched, base, prices, "output_tok_per_s")
+    assert miss is not None and miss > 0.1  # the head's own price is corrected by it
+    lay = Layout.of(space, rows, lambda c: 0.4, None)
+    got = offline_predictions(space, rows, lay, prices, set())
+    lookups = [p for c, p, _ in got if c["method"] == "ngram"]
+    assert lookups
+    assert not any("measured bias" in n for p in lookups for n in p.notes)

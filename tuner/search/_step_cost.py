@@ -4,8 +4,10 @@ A step costs s(k) = s0 * (1 + f + c*k): f and c are learned from this job's laun
 same method (least squares over its launched depths; one depth splits its extra cost evenly),
 else from any launched method for c's verify part (the lowest, an n-gram lookup's being the
 verify cost alone) plus, for a model, its own share: its size relative to the target's, scaled
-by what launched model proposers cost over their size (a small model's per-forward overhead),
-else a prior (c = 0.05 per drafted token plus the size share, f = 0), with a band that says so.
+by what launched model proposers cost over their size (a small model's per-forward overhead);
+for a lookup, that borrowed cost split evenly at the depth it was measured at (a lookup costs
+by the round, and the borrowed per-token cost holds the other launch's fixed part); else a
+prior (c = 0.05 per drafted token plus the size share, f = 0), with a band that says so.
 
 Rounds, where the engine says what they hold (``_depth.round_cost``: its prefill time and
 speculation counters): a step is a decode round's share of a request's time after its
@@ -129,7 +131,8 @@ def step_costs(
     s0 = rb.ms if rb is not None else (step_ms(baseline) if baseline is not None else None)
     # (depth, extra cost e = s / s0 - 1, drafted tokens x, drafting share h) per launch
     extra: dict[str, list[tuple[int, float, float, float]]] = {}
-    verify: list[float] = []
+    # (verify cost a drafted token, drafted tokens, drafting share) of each launch
+    verify: list[tuple[float, float, float]] = []
     models: list[tuple[dict[str, Any], float]] = []  # (a launched model proposer, e / x)
     for p, pt in launched if s0 else ():
         got = _launch_cost(pt, rb is not None)
@@ -138,7 +141,7 @@ def step_costs(
         s, x, h = got
         e = s / s0 - 1.0
         extra.setdefault(p["method"], []).append((pt.depth, e, x, h))
-        verify.append(max(0.0, e / x - proposer_share(space, p, sizes)))
+        verify.append((max(0.0, e / x - proposer_share(space, p, sizes)), x, h))
         if not METHODS[p["method"]].model_free:
             models.append((p, e / x))
     own = extra.get(c["method"], [])
@@ -160,7 +163,7 @@ def step_costs(
         e = max(0.0, e)
         how = f"its method's one launched depth ({d}), split"
         return StepCost(e / (2 * h), e / (2 * x), 0.25, how, anchor=d, half=e / 2)
-    v = min(verify) if verify else _VERIFY_PER_TOKEN
+    v, at, h = min(verify) if verify else (_VERIFY_PER_TOKEN, 1.0, 1.0)
     share = proposer_share(space, c, sizes)
     scaled = _scaled_share(space, c, models, v, sizes)
     if scaled is not None:
@@ -171,6 +174,16 @@ def step_costs(
             band,
             f"verify cost from other methods' launches, its own share scaled by parameters "
             f"from {n} launched model proposer{'s' if n > 1 else ''} (x{mult:.2f} its size)",
+        )
+    if verify and METHODS[c["method"]].model_free:
+        # A lookup's own cost is its rounds' (the lookup, the round's bookkeeping), not its
+        # tokens': the borrowed cost, per token only an upper bound (that launch's fixed part
+        # is in it), is split as one launched depth's is, at the depth it was measured at.
+        return StepCost(
+            v * at / (2 * h),
+            v / 2,
+            _VERIFY_SIGMA,
+            "verify cost from other methods' launches, split",
         )
     if verify:
         return StepCost(0.0, v + share, _VERIFY_SIGMA, "verify cost from other methods' launches")
