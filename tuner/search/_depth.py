@@ -42,6 +42,7 @@ __all__ = [
     "DepthPoint",
     "Prediction",
     "fixed_share_of",
+    "line_fit",
     "predict_depth",
     "predict_from_baseline",
     "round_cost",
@@ -156,17 +157,27 @@ def round_cost(p: DepthPoint) -> RoundCost | None:
     return RoundCost((float(e2e) - fixed) / rounds, drafted, share)
 
 
-def _line(points: list[tuple[int, float]]) -> tuple[float, float] | None:
-    """Least-squares s = a + b*k; None with fewer than two distinct depths."""
-    ks = {k for k, _ in points}
-    if len(ks) < 2:
+def line_fit(
+    points: Sequence[tuple[float, float]], floor: float | None = None
+) -> tuple[float, float] | None:
+    """Least squares y = a + b*x, b >= 0 and a >= ``floor`` (a step never costs less for
+    drafting more, nor below the baseline's); None with under two distinct x. A free line
+    breaking a bound gives way to the best line held at it, not to one clipped coefficient
+    (a real job's noisy suffix depths gave -1.1 + 0.58 x; 0.58 x priced them at half)."""
+    if len({x for x, _ in points}) < 2:
         return None
     n = len(points)
-    mk = sum(k for k, _ in points) / n
-    ms = sum(s for _, s in points) / n
-    var = sum((k - mk) ** 2 for k, _ in points)
-    b = sum((k - mk) * (s - ms) for k, s in points) / var
-    return ms - b * mk, b
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / var
+    a = my - b * mx
+    if b >= 0 and (floor is None or a >= floor):
+        return a, b
+    fits = [(my if floor is None else max(my, floor), 0.0)]  # flat
+    if floor is not None:  # through (0, floor)
+        sxx = sum(x * x for x, _ in points)
+        fits.append((floor, max(0.0, sum(x * (y - floor) for x, y in points) / sxx)))
+    return min(fits, key=lambda f: sum((y - f[0] - f[1] * x) ** 2 for x, y in points))
 
 
 def _rel_ci(m: dict[str, Any], metric: str) -> float:
@@ -236,15 +247,14 @@ def predict_depth(
     pts = [(p.depth, s) for p in spec if (s := step_ms(p)) is not None]
     bracket = 0.0
     if len({d for d, _ in pts}) >= 2:
-        fit = _line(pts)
+        s0 = step_ms(baseline) if baseline is not None else None
+        fit = line_fit(pts, s0)
         if fit is None or s_a <= 0:
             return None
+        # Held at or above the baseline's step (``line_fit``'s floor): a line through close,
+        # noisy depths fell below it away from them, and a step that drafts never costs less.
         s_k = fit[0] + fit[1] * k
         s_a = fit[0] + fit[1] * anchor.depth
-        if baseline is not None and (s0 := step_ms(baseline)) is not None:
-            # A line through close, noisy depths can fall below the baseline's step away
-            # from them: a step that drafts never costs less than one that does not.
-            s_k, s_a = max(s_k, s0), max(s_a, s0)
         out = _scaled(anchor, acc.per_position, k, s_k, s_a)
         spread = 0.01 * abs(k - anchor.depth)
         how = "linear in k, least squares over the launched depths"
@@ -289,7 +299,7 @@ def fixed_share_of(launched: Sequence[DepthPoint], baseline: DepthPoint | None) 
     from a proposer launched at two depths or more; None when it cannot be told."""
     pts = [(p.depth, s) for p in launched if p.depth > 0 and (s := step_ms(p)) is not None]
     s0 = step_ms(baseline) if baseline is not None else None
-    fit = _line(pts)
+    fit = line_fit(pts, s0)
     if fit is None or s0 is None:
         return None
     a, b = fit

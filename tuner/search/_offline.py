@@ -12,7 +12,9 @@ the share of rounds that draft accept anything, and a round costs what it drafts
 The optimistic value takes no overhead at all and the offline error's margin on every
 position: a proposer whose optimistic value cannot beat the incumbent is not launched.
 A method's bias is read at its launched proposers under the model as it now stands
-(``_residual_bias``), so a sibling lookup is priced against the launched one. The baseline s0
+(``_residual_bias``), so a sibling lookup is priced against the launched one; a method not
+launched yet, at every launched proposer (the model holds each launch's measured step, so
+what it misses there is the target's and the engine's, not that proposer's). The baseline s0
 and the launches the cost is learned from all ran the objective class's
 batch at the objective level (``Layout.same_batch``, ``baseline_for``): a launch whose
 requests queued at another running batch measured another load.
@@ -248,11 +250,14 @@ def offline_predictions(
         method = str(members[0]["method"])
         if method not in cals:
             cal = calibration(rows, metric, level, "offline", method, correct=True, noise=noise)
-            # Own launches only: another method's miss is mostly its own (a real demo's suffix
-            # launches read 2.4x their price, and that bias put an n-gram at 3.2x what it
-            # measured), however much of it the target and the engine share.
+            # Its own launches where it has them; else every launched proposer's: at a launch
+            # the model holds the step it measured, so what it still misses there is the
+            # target's and the engine's (time outside decode steps, tokens a step against
+            # the replay's), not that proposer's cost. (Tried before ``line_fit`` held the
+            # step line at or above the baseline's, and dropped: a clipped line missed a real
+            # job's suffix launches 2.4x, and that miss priced an n-gram at 3.2x its run.)
             own = [(p, pt) for p, pt in pts if p["method"] == method]
-            resid = _residual_bias(space, own, pts, base, prices, metric)
+            resid = _residual_bias(space, own or pts, pts, base, prices, metric)
             cals[method] = cal if resid is None else dataclasses.replace(cal, bias=resid)
         cal = cals[method]
         for c in members:
@@ -280,9 +285,10 @@ def _residual_bias(
     metric: str,
 ) -> float | None:
     """The offline model's bias on a method, read where it is now: the median log ratio of
-    each launched proposer of the method (``own``) to what the model as it stands (its step
-    cost learned from these launches) predicts of that very launch, shrunk for launch noise
-    (``_layout.shrink``). None where no launch of the method is priced.
+    each launched proposer of the method (``own``; every launched proposer, for a method not
+    launched yet) to what the model as it stands (its step cost learned from these launches)
+    predicts of that very launch, shrunk for launch noise (``_layout.shrink``). None where no
+    such launch is priced.
 
     Why not the stored predictions' errors: those were made before the step cost was learned
     from the launches, so their bias is mostly the prior's, which the learned cost already

@@ -28,7 +28,7 @@ from typing import Any
 
 from tuner.hub import local_view
 from tuner.methods import METHODS
-from tuner.search._depth import DepthPoint, round_cost, step_ms
+from tuner.search._depth import DepthPoint, line_fit, round_cost, step_ms
 from tuner.search._layout import family_key
 from tuner.space import SearchSpace
 
@@ -147,11 +147,7 @@ def step_costs(
     own = extra.get(c["method"], [])
     if len({d for d, *_ in own}) >= 2:
         n = len(own)
-        mx, me = sum(x for *_, x, _h in own) / n, sum(e for _, e, *_ in own) / n
-        var = sum((x - mx) ** 2 for *_, x, _h in own)
-        b = sum((x - mx) * (e - me) for _, e, x, _h in own) / var if var > 0 else 0.0
-        b = max(0.0, b)
-        a = max(0.0, me - b * mx)
+        a, b = line_fit([(x, e) for _, e, x, _h in own], 0.0) or (0.0, 0.0)
         # Residuals relative to the step they price: how far the line misses its own launches.
         res = [abs(e - a - b * x) / (1.0 + max(0.0, e)) for _, e, x, _h in own]
         near = max(_SAME_DEPTH_SIGMA, math.sqrt(sum(r * r for r in res) / n))
@@ -162,8 +158,8 @@ def step_costs(
         d, e, x, h = max(own)
         e = max(0.0, e)
         how = f"its method's one launched depth ({d}), split"
-        return StepCost(e / (2 * h), e / (2 * x), 0.25, how, anchor=d, half=e / 2)
-    v, at, h = min(verify) if verify else (_VERIFY_PER_TOKEN, 1.0, 1.0)
+        return StepCost(*_even_split(e, x, h), 0.25, how, anchor=d, half=e / 2)
+    v, at, at_share = min(verify) if verify else (_VERIFY_PER_TOKEN, 1.0, 1.0)
     share = proposer_share(space, c, sizes)
     scaled = _scaled_share(space, c, models, v, sizes)
     if scaled is not None:
@@ -179,15 +175,18 @@ def step_costs(
         # A lookup's own cost is its rounds' (the lookup, the round's bookkeeping), not its
         # tokens': the borrowed cost, per token only an upper bound (that launch's fixed part
         # is in it), is split as one launched depth's is, at the depth it was measured at.
-        return StepCost(
-            v * at / (2 * h),
-            v / 2,
-            _VERIFY_SIGMA,
-            "verify cost from other methods' launches, split",
-        )
+        how = "verify cost from other methods' launches, split"
+        return StepCost(*_even_split(v * at, at, at_share), _VERIFY_SIGMA, how)
     if verify:
         return StepCost(0.0, v + share, _VERIFY_SIGMA, "verify cost from other methods' launches")
     return StepCost(0.0, v + share, _PRIOR_SIGMA, "prior")
+
+
+def _even_split(e: float, x: float, h: float) -> tuple[float, float]:
+    """(fixed, per drafted token) that put half of one launch's extra step cost ``e`` on its
+    drafting rounds (share ``h`` of its steps) and half on its ``x`` drafted tokens: one
+    launch cannot tell the two apart, and the middle is off by the least either way."""
+    return e / (2 * h), e / (2 * x)
 
 
 def _launch_cost(pt: DepthPoint, rounds: bool) -> tuple[float, float, float] | None:
