@@ -151,6 +151,29 @@ def test_a_step_line_never_falls_with_depth_nor_below_the_baseline():
     assert line_fit([(4, 12.0), (4, 16.0)], 10.0) is None
 
 
+def _rounds(trial: int, k: int, e2e_ms: float, drafted: float) -> DepthPoint:
+    """Ten requests of 101 tokens, no prefill time; a speculative one accepts 50 tokens in
+    50 rounds, every round drafting ``drafted`` tokens."""
+    m = {"mean_e2e_ms": e2e_ms, "mean_prefill_ms": 0.0, "mean_ttft_ms": 0.0}
+    m |= {"num_ok": 10, "output_tokens": 1010, "output_tok_per_s": 100.0}
+    if k:
+        m |= {"num_accepted_tokens": 500, "num_drafts": 500, "num_draft_tokens": 500 * drafted}
+    return DepthPoint(trial, k, m)
+
+
+def test_two_depths_drafting_alike_price_their_mean_cost_fixed(space):
+    """Two depths whose rounds draft the same tokens (an engine that drafts fewer than its
+    depth) cannot split a step's cost; it is their mean extra cost, all fixed, not zero
+    (which priced every depth at the baseline's step)."""
+    launched = [
+        ({**NGRAM}, _rounds(1, 3, 600.0, 2.0)),  # 12 ms a round over the baseline's 10
+        ({**NGRAM, "prompt_lookup_min": 2}, _rounds(2, 5, 700.0, 2.0)),  # 14 ms
+    ]
+    cost = step_costs(space, launched, _rounds(0, 0, 1000.0, 0.0), {**NGRAM})
+    assert cost.how == "learned from its method's depths"
+    assert cost.fixed == pytest.approx(0.3) and cost.per_token == 0.0
+
+
 def test_one_launched_depth_is_as_unsure_elsewhere_as_its_split_can_move_the_step(space):
     """A lookup at k=2 costing 10 % over the baseline's step can cost, at k=4, between 10 %
     (all fixed) and 20 % (all per drafted token): the middle, 15 %, is off by at most 5 of
@@ -285,13 +308,14 @@ def test_a_sibling_lookup_is_priced_against_the_launched_one(space):
     assert _residual_bias(space, unpriced, unpriced, base, prices, "output_tok_per_s") is None
 
 
-def test_a_method_never_launched_carries_the_launched_proposers_miss(tmp_path):
+def test_a_method_never_launched_carries_the_launched_proposers_miss(tmp_path, monkeypatch):
     """A FAKE chain surface (tests/search/chain_surface.py): the baseline and the EAGLE head
     at k=3 launched, the head's offline price a third below what its launch accepted, so
     the offline model under-predicts that launch. The n-gram lookups, never launched, carry
     that miss: the model holds the head's measured step, so what it misses there is the
     target's and the engine's. (Dropped once, when a clipped step line missed a real job's
-    suffix launches 2.4x; ``line_fit`` holds them within 0.82-1.07 now.)"""
+    suffix launches 2.4x; ``line_fit`` holds them within 0.82-1.07 now.) The draft model,
+    never launched either, carries the same miss, read once for both."""
     space = loads_space(SPACE, base_dir=tmp_path)
     at = {"max_num_seqs": 4, "memory_fraction": 0.4}
     head = {"method": "eagle", "head": "head", **at, "num_speculative_tokens": 3}
@@ -304,6 +328,7 @@ def test_a_method_never_launched_carries_the_launched_proposers_miss(tmp_path):
         {
             family_key(head): {k: acc(k, [a * 0.67 for a in ACCEPT["head"]]) for k in (1, 2, 3)},
             family_key(ngram): {k: acc(k, ACCEPT["ngram1"]) for k in (1, 2, 3, 4)},
+            family_key(DRAFT): {k: acc(k, ACCEPT["draft-a"]) for k in (1, 2, 3)},
         }
     )
     rows = [trial_row(0, {"method": "none", **at}), trial_row(1, head)]
@@ -312,7 +337,15 @@ def test_a_method_never_launched_carries_the_launched_proposers_miss(tmp_path):
     miss = _residual_bias(space, launched, launched, base, prices, "output_tok_per_s")
     assert miss is not None and miss > 0.1  # the head's own price is corrected by it
     lay = Layout.of(space, rows, lambda c: 0.4, None)
+    calls = []
+
+    def counted(*args, **kw):
+        calls.append(args[1] is args[2])  # every launched proposer's: a method not launched
+        return _residual_bias(*args, **kw)
+
+    monkeypatch.setattr("tuner.search._offline._residual_bias", counted)
     got = offline_predictions(space, rows, lay, prices, set())
-    lookups = [p for c, p, _ in got if c["method"] == "ngram"]
-    assert lookups
-    assert all(f"x{math.exp(miss):.3f}: this job's measured bias" in p.notes for p in lookups)
+    unlaunched = [p for c, p, _ in got if c["method"] in ("ngram", "draft_model")]
+    assert {c["method"] for c, _, _ in got} == {"eagle", "ngram", "draft_model"}
+    assert all(f"x{math.exp(miss):.3f}: this job's measured bias" in p.notes for p in unlaunched)
+    assert calls.count(True) == 1

@@ -246,8 +246,8 @@ def predict_depth(
     s_a = step_ms(anchor) or 0.0
     pts = [(p.depth, s) for p in spec if (s := step_ms(p)) is not None]
     bracket = 0.0
+    s0 = step_ms(baseline) if baseline is not None else None
     if len({d for d, _ in pts}) >= 2:
-        s0 = step_ms(baseline) if baseline is not None else None
         fit = line_fit(pts, s0)
         if fit is None or s_a <= 0:
             return None
@@ -258,7 +258,7 @@ def predict_depth(
         out = _scaled(anchor, acc.per_position, k, s_k, s_a)
         spread = 0.01 * abs(k - anchor.depth)
         how = "linear in k, least squares over the launched depths"
-    elif baseline is not None and (s0 := step_ms(baseline)) is not None and s_a > 0:
+    elif s0 is not None and s_a > 0:
         # One launched depth K: the extra cost of a step, s_K - s_0, splits into a part per
         # drafted token and a fixed part (proposer, rejection sampler). Both are >= 0, so
         # s(k) lies between the all-per-token line through the baseline and the all-fixed

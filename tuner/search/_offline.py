@@ -225,6 +225,7 @@ def offline_predictions(
         if r.reused_from is None and r.state in MEASURED and lay.same_batch(r.params)
     ]
     cals: dict[str, Calibration] = {}
+    shared: dict[Any, float | None] = {}  # by target: the miss at every launched proposer
     noise = own_noise(rows, metric, level, space.stop_launch_noise)
     out = []
     for fk, members in lay.families.items():
@@ -257,7 +258,12 @@ def offline_predictions(
             # step line at or above the baseline's, and dropped: a clipped line missed a real
             # job's suffix launches 2.4x, and that miss priced an n-gram at 3.2x its run.)
             own = [(p, pt) for p, pt in pts if p["method"] == method]
-            resid = _residual_bias(space, own or pts, pts, base, prices, metric)
+            if own:
+                resid = _residual_bias(space, own, pts, base, prices, metric)
+            elif target not in shared:  # the same for every method not launched yet
+                resid = shared[target] = _residual_bias(space, pts, pts, base, prices, metric)
+            else:
+                resid = shared[target]
             cals[method] = cal if resid is None else dataclasses.replace(cal, bias=resid)
         cal = cals[method]
         for c in members:

@@ -147,7 +147,9 @@ def step_costs(
     own = extra.get(c["method"], [])
     if len({d for d, *_ in own}) >= 2:
         n = len(own)
-        a, b = line_fit([(x, e) for _, e, x, _h in own], 0.0) or (0.0, 0.0)
+        xe = [(x, e) for _, e, x, _h in own]
+        # Two depths drafting alike cannot tell the parts apart: their mean cost, all fixed.
+        a, b = line_fit(xe, 0.0) or (max(0.0, statistics.fmean(e for _, e in xe)), 0.0)
         # Residuals relative to the step they price: how far the line misses its own launches.
         res = [abs(e - a - b * x) / (1.0 + max(0.0, e)) for _, e, x, _h in own]
         near = max(_SAME_DEPTH_SIGMA, math.sqrt(sum(r * r for r in res) / n))
